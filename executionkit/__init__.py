@@ -1,0 +1,43 @@
+"""executionkit: run a workflow of expensive steps, resumable from your checkpoints.
+
+A `Workflow` runs named `Step`s in dependency order, concurrently batch by
+batch, and hands a frozen `WorkflowCheckpoint` to your ``checkpoint_fn`` after
+every batch. Store it anywhere via `WorkflowCheckpoint.to_dict`; pass it back as
+``resume_from`` and every recorded step is skipped, its output and token usage
+restored exactly.
+"""
+
+from __future__ import annotations
+
+from executionkit._checkpoint import WorkflowCheckpoint
+from executionkit._errors import (
+    CheckpointFormatError,
+    CheckpointMismatchError,
+    ContextKeyError,
+    ExecutionKitError,
+    RunArgumentError,
+    WorkflowDefinitionError,
+    WorkflowFailed,
+)
+from executionkit._result import WorkflowResult
+from executionkit._step import Step
+from executionkit._types import PatternResult, TokenUsage
+from executionkit._workflow import Workflow
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CheckpointFormatError",
+    "CheckpointMismatchError",
+    "ContextKeyError",
+    "ExecutionKitError",
+    "PatternResult",
+    "RunArgumentError",
+    "Step",
+    "TokenUsage",
+    "Workflow",
+    "WorkflowCheckpoint",
+    "WorkflowDefinitionError",
+    "WorkflowFailed",
+    "WorkflowResult",
+]

@@ -1,0 +1,308 @@
+"""`WorkflowCheckpoint` and its plain-dict format."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any, NoReturn
+
+from executionkit._errors import CheckpointFormatError
+from executionkit._types import TokenUsage
+
+FORMAT_VERSION = 1
+"""The checkpoint format version this library writes (and the newest it reads)."""
+
+LEGACY_VERSION = 0
+"""The implicit version of ExecutionKit 0.4 dicts, which carry no ``version`` key."""
+
+_LEGACY_KEYS = frozenset({"step_index", "outputs", "cost"})
+_KEYS = frozenset(
+    {
+        "version",
+        "run_id",
+        "seq",
+        "step_index",
+        "created_at",
+        "outputs",
+        "cost",
+        "context_keys",
+        "errors",
+        "metadata",
+    }
+)
+_COST_KEYS = ("input_tokens", "output_tokens", "llm_calls")
+
+
+def _empty_proxy() -> MappingProxyType[str, Any]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowCheckpoint:
+    """A frozen snapshot of everything a run has recorded so far.
+
+    `Workflow.run` builds one after every batch and hands it to your
+    ``checkpoint_fn``; pass one back as ``resume_from`` to skip every step whose
+    output it records. `to_dict` and `from_dict` convert to and from plain
+    dicts, so any store works: a JSON file, a database row, a list in a test.
+
+    Only the first three fields are required, as in ExecutionKit 0.4.
+
+    Attributes:
+        step_index: Number of completed steps (``len(outputs)``).
+        outputs: Read-only mapping of step name to output, for every completed step.
+        cost: Total token usage of the run so far, including restored usage.
+        version: Checkpoint format version; ``0`` marks an ExecutionKit 0.4 dict.
+        run_id: Identifier of the run, kept across resumes.
+        seq: Increases by one with every checkpoint of a run, across resumes.
+        context_keys: Names of the run's ``initial_context`` keys (never values).
+        errors: Step name to ``"ExceptionType: message"`` for steps that failed
+            in the batch this checkpoint was taken after.
+        created_at: When the checkpoint was taken, UTC ISO-8601.
+        metadata: The ``metadata`` passed to ``run``, stored verbatim.
+
+    Raises:
+        CheckpointFormatError: If a field has the wrong type.
+    """
+
+    step_index: int
+    outputs: Mapping[str, Any]
+    cost: TokenUsage
+    version: int = FORMAT_VERSION
+    run_id: str | None = None
+    seq: int = 0
+    context_keys: tuple[str, ...] = ()
+    errors: Mapping[str, str] = field(default_factory=_empty_proxy)
+    created_at: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=_empty_proxy)
+
+    def __post_init__(self) -> None:
+        """Check field types and freeze the mappings."""
+        _check_count(self.step_index, "step_index")
+        _check_count(self.seq, "seq")
+        _check_count(self.version, "version")
+        if not isinstance(self.cost, TokenUsage):
+            _fail("cost", "a TokenUsage", self.cost)
+        if self.run_id is not None and not isinstance(self.run_id, str):
+            _fail("run_id", "a str or None", self.run_id)
+        if self.created_at is not None and not isinstance(self.created_at, str):
+            _fail("created_at", "an ISO-8601 str or None", self.created_at)
+        for name in ("outputs", "errors", "metadata"):
+            value: object = getattr(self, name)
+            if not isinstance(value, Mapping):
+                _fail(name, "a mapping", value)
+            if not isinstance(value, MappingProxyType):
+                object.__setattr__(self, name, MappingProxyType(dict(value)))
+        context_keys: object = self.context_keys
+        if not isinstance(context_keys, tuple):
+            object.__setattr__(self, "context_keys", tuple(self.context_keys))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the checkpoint as a plain dict.
+
+        Keys are str; values are str, int, None, and lists and dicts of those,
+        plus the step outputs exactly as your steps returned them (whether they
+        survive ``json.dumps`` is up to your steps). A checkpoint read from an
+        ExecutionKit 0.4 dict is written back in that format.
+
+        The shape is documented in ``docs/reference.md``.
+        """
+        cost = {
+            "input_tokens": self.cost.input_tokens,
+            "output_tokens": self.cost.output_tokens,
+            "llm_calls": self.cost.llm_calls,
+        }
+        if self.version == LEGACY_VERSION:
+            return {"step_index": self.step_index, "outputs": dict(self.outputs), "cost": cost}
+        return {
+            "version": self.version,
+            "run_id": self.run_id,
+            "seq": self.seq,
+            "step_index": self.step_index,
+            "created_at": self.created_at,
+            "outputs": dict(self.outputs),
+            "cost": cost,
+            "context_keys": list(self.context_keys),
+            "errors": dict(self.errors),
+            "metadata": dict(self.metadata),
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> WorkflowCheckpoint:
+        """Rebuild a checkpoint from what `to_dict` returned.
+
+        Also accepts the dict after a ``json.dumps``/``json.loads`` round trip,
+        and dicts written by ExecutionKit 0.4 (only ``step_index``, ``outputs``
+        and ``cost``). Everything is validated; nothing is evaluated, imported
+        or unpickled.
+
+        Raises:
+            CheckpointFormatError: If anything is malformed: not a dict, a
+                missing or unexpected key, a wrong type (``bool`` is not an
+                int), a negative count, or a format version newer than this
+                library reads. The message and ``.path`` name the field.
+        """
+        if not isinstance(data, Mapping):
+            msg = f"checkpoint data must be a dict, got {_describe(data)}"
+            raise CheckpointFormatError(msg)
+        key: object
+        for key in data:
+            if not isinstance(key, str):
+                msg = f"checkpoint keys must be str, got {_describe(key)}"
+                raise CheckpointFormatError(msg)
+        if "version" not in data:
+            return _read_legacy(data)
+        version = data["version"]
+        if type(version) is not int or version < 1:
+            _fail("version", "a positive int", version)
+        if version > FORMAT_VERSION:
+            msg = (
+                f"checkpoint format version {version} is newer than this executionkit "
+                f"reads (up to {FORMAT_VERSION}); upgrade executionkit to load it"
+            )
+            raise CheckpointFormatError(msg, path="version")
+        _check_keys(data, _KEYS, required=_KEYS, where="")
+        outputs = _read_outputs(data["outputs"])
+        step_index = _read_count(data["step_index"], "step_index")
+        if step_index != len(outputs):
+            msg = (
+                f"checkpoint field 'step_index' must equal the number of outputs "
+                f"({len(outputs)}), got {step_index}"
+            )
+            raise CheckpointFormatError(msg, path="step_index")
+        return cls(
+            step_index=step_index,
+            outputs=MappingProxyType(outputs),
+            cost=_read_cost(data["cost"]),
+            version=version,
+            run_id=_read_optional_str(data["run_id"], "run_id"),
+            seq=_read_count(data["seq"], "seq"),
+            context_keys=_read_context_keys(data["context_keys"]),
+            errors=MappingProxyType(_read_errors(data["errors"])),
+            created_at=_read_timestamp(data["created_at"]),
+            metadata=MappingProxyType(_read_dict(data["metadata"], "metadata")),
+        )
+
+
+def _read_legacy(data: Mapping[str, Any]) -> WorkflowCheckpoint:
+    extra = sorted(set(data) - _LEGACY_KEYS)
+    if extra:
+        msg = (
+            f"checkpoint is missing key 'version' (a dict without it is read as an "
+            f"ExecutionKit 0.4 checkpoint, which has only 'step_index', 'outputs' and "
+            f"'cost', but this one also has {', '.join(map(repr, extra))})"
+        )
+        raise CheckpointFormatError(msg, path="version")
+    _check_keys(data, _LEGACY_KEYS, required=_LEGACY_KEYS, where="")
+    return WorkflowCheckpoint(
+        step_index=_read_count(data["step_index"], "step_index"),
+        outputs=MappingProxyType(_read_outputs(data["outputs"])),
+        cost=_read_cost(data["cost"]),
+        version=LEGACY_VERSION,
+    )
+
+
+_PREVIEW_CHARS = 60
+
+
+def _describe(value: object) -> str:
+    text = repr(value)
+    if len(text) > _PREVIEW_CHARS:
+        text = text[: _PREVIEW_CHARS - 3] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def _fail(path: str, expected: str, value: object) -> NoReturn:
+    msg = f"checkpoint field {path!r} must be {expected}, got {_describe(value)}"
+    raise CheckpointFormatError(msg, path=path)
+
+
+def _check_count(value: object, path: str) -> None:
+    if type(value) is not int or value < 0:
+        _fail(path, "a non-negative int", value)
+
+
+def _check_keys(
+    data: Mapping[str, Any], allowed: frozenset[str], *, required: frozenset[str], where: str
+) -> None:
+    for key in sorted(required):
+        if key not in data:
+            path = f"{where}{key}"
+            msg = f"checkpoint field {path!r} is missing"
+            raise CheckpointFormatError(msg, path=path)
+    for key in data:
+        if key not in allowed:
+            path = f"{where}{key}"
+            msg = f"checkpoint has unexpected field {path!r}"
+            raise CheckpointFormatError(msg, path=path)
+
+
+def _read_count(value: object, path: str) -> int:
+    if type(value) is not int or value < 0:
+        _fail(path, "a non-negative int", value)
+    return value
+
+
+def _read_dict(value: object, path: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        _fail(path, "a dict", value)
+    result: dict[str, Any] = {}
+    for key, item in value.items():
+        if not isinstance(key, str):
+            msg = f"checkpoint field {path!r} must have str keys, got key {_describe(key)}"
+            raise CheckpointFormatError(msg, path=path)
+        result[key] = item
+    return result
+
+
+def _read_outputs(value: object) -> dict[str, Any]:
+    outputs = _read_dict(value, "outputs")
+    if "" in outputs:
+        msg = "checkpoint field 'outputs' must have non-empty step names as keys, got ''"
+        raise CheckpointFormatError(msg, path="outputs")
+    return outputs
+
+
+def _read_cost(value: object) -> TokenUsage:
+    cost = _read_dict(value, "cost")
+    keys = frozenset(_COST_KEYS)
+    _check_keys(cost, keys, required=keys, where="cost.")
+    counts = [_read_count(cost[key], f"cost.{key}") for key in _COST_KEYS]
+    return TokenUsage(*counts)
+
+
+def _read_optional_str(value: object, path: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    _fail(path, "a str or null", value)
+
+
+def _read_timestamp(value: object) -> str | None:
+    text = _read_optional_str(value, "created_at")
+    if text is not None:
+        try:
+            datetime.fromisoformat(text)
+        except ValueError:
+            _fail("created_at", "an ISO-8601 timestamp str or null", text)
+    return text
+
+
+def _read_context_keys(value: object) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)):
+        _fail("context_keys", "a list of str", value)
+    for position, key in enumerate(value):
+        if not isinstance(key, str):
+            _fail(f"context_keys[{position}]", "a str", key)
+    if len(set(value)) != len(value):
+        _fail("context_keys", "a list of distinct str", value)
+    return tuple(value)
+
+
+def _read_errors(value: object) -> dict[str, str]:
+    errors = _read_dict(value, "errors")
+    for name, text in errors.items():
+        if not isinstance(text, str):
+            _fail(f"errors.{name}", "a str", text)
+    return errors

@@ -1,0 +1,29 @@
+"""`WorkflowResult`: what a completed run returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from executionkit._types import TokenUsage
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowResult:
+    """The outputs and total token usage of a completed run.
+
+    Attributes:
+        outputs: Read-only mapping of every step's output, in declaration order;
+            the initial context is not included.
+        cost: Total token usage: restored from the checkpoint plus newly spent.
+        run_id: The run's identifier (kept across resumes).
+        executed: Steps that ran in this call, in the order they were recorded.
+        skipped: Steps restored from ``resume_from`` and not run, in declaration order.
+    """
+
+    outputs: MappingProxyType[str, Any]
+    cost: TokenUsage = field(default_factory=TokenUsage)
+    run_id: str = ""
+    executed: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()

@@ -1,0 +1,140 @@
+"""`Workflow`: validated steps, run in dependency order with checkpoints."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from executionkit._graph import Graph
+from executionkit._runner import CheckpointFn, Run
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+    from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._result import WorkflowResult
+    from executionkit._step import Step
+
+
+class Workflow:
+    """A dependency graph of named steps, run batch by batch with checkpoints.
+
+    The graph is validated once, here; a `Workflow` can then be run any number
+    of times, concurrently too, since each run keeps its own state.
+
+    Args:
+        steps: The steps, in declaration order. Declaration order decides the
+            order within a batch and never anything else.
+
+    Raises:
+        WorkflowDefinitionError: If an item is not a `Step`, two steps share a
+            name, a step depends on an unknown step, or the dependencies form a
+            cycle (the message names it in order: ``a -> b -> c -> a``).
+    """
+
+    __slots__ = ("_graph",)
+
+    def __init__(self, steps: Iterable[Step]) -> None:
+        """Validate ``steps`` and build the dependency graph."""
+        self._graph = Graph(steps)
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        """The steps, in declaration order."""
+        return self._graph.steps
+
+    def __repr__(self) -> str:
+        """Show the step names."""
+        return f"Workflow({list(self._graph.names)!r})"
+
+    async def run(
+        self,
+        initial_context: Mapping[str, Any] | None = None,
+        *,
+        checkpoint_fn: CheckpointFn | None = None,
+        resume_from: WorkflowCheckpoint | None = None,
+        run_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> WorkflowResult:
+        """Run every step not yet recorded, checkpointing after each batch.
+
+        Each batch is every step whose dependencies are complete; its steps run
+        concurrently, and the next batch starts only after the whole batch has
+        finished and its checkpoint was taken.
+
+        Args:
+            initial_context: Values every step can read from ``ctx``. Keys must
+                not be step names. Values are never written to checkpoints (only
+                the key names are), so they may hold clients or secrets.
+            checkpoint_fn: Called after each batch with a `WorkflowCheckpoint`
+                of everything recorded so far. If it returns an awaitable, that
+                is awaited before anything else starts. Calls never overlap.
+            resume_from: A checkpoint of an earlier run of this workflow. Steps
+                it records are not run; their outputs and its token usage are
+                restored verbatim, and ``run_id``, ``seq`` and (unless passed
+                again) ``metadata`` continue from it.
+            run_id: Identifier of the run; random for a fresh run when omitted.
+            metadata: A dict with str keys stored verbatim in every checkpoint,
+                for labels such as a job id.
+
+        Returns:
+            The outputs of every step and the total token usage.
+
+        Raises:
+            RunArgumentError: Before any step runs, if ``initial_context`` keys
+                collide with step names or an argument has the wrong type.
+            CheckpointMismatchError: Before any step runs, if ``resume_from``
+                records steps this workflow lacks, needs ``initial_context``
+                keys that are missing, or has a different ``run_id``.
+            WorkflowFailed: If steps raised. Steps already running were allowed
+                to finish, and everything completed was checkpointed first.
+            Exception: Whatever ``checkpoint_fn`` raised, with a note naming
+                the checkpoint; no further step was started.
+        """
+        prepared = Run(
+            self._graph,
+            initial_context,
+            checkpoint_fn=checkpoint_fn,
+            resume_from=resume_from,
+            run_id=run_id,
+            metadata=metadata,
+        )
+        return await prepared.execute()
+
+    def run_sync(
+        self,
+        initial_context: Mapping[str, Any] | None = None,
+        *,
+        checkpoint_fn: CheckpointFn | None = None,
+        resume_from: WorkflowCheckpoint | None = None,
+        run_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> WorkflowResult:
+        """Run the workflow from synchronous code; see `run` for the arguments.
+
+        Starts an event loop with `asyncio.run` and closes it afterwards.
+
+        Raises:
+            RuntimeError: If called while an event loop is running in this
+                thread (use ``await workflow.run(...)`` there instead).
+            Exception: Everything `run` raises.
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            msg = (
+                "Workflow.run_sync() cannot be called while an event loop is running in "
+                "this thread; use 'await workflow.run(...)' instead"
+            )
+            raise RuntimeError(msg)
+        return asyncio.run(
+            self.run(
+                initial_context,
+                checkpoint_fn=checkpoint_fn,
+                resume_from=resume_from,
+                run_id=run_id,
+                metadata=metadata,
+            )
+        )
