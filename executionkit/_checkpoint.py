@@ -39,7 +39,7 @@ def _empty_proxy() -> MappingProxyType[str, Any]:
     return MappingProxyType({})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class WorkflowCheckpoint:
     """A frozen snapshot of everything a run has recorded so far.
 
@@ -64,7 +64,9 @@ class WorkflowCheckpoint:
         metadata: The ``metadata`` passed to ``run``, stored verbatim.
 
     Raises:
-        CheckpointFormatError: If a field has the wrong type.
+        CheckpointFormatError: If a field is invalid, exactly as `from_dict`
+            would report it, so every checkpoint that can be built can also be
+            written with `to_dict` and read back.
     """
 
     step_index: int
@@ -79,25 +81,43 @@ class WorkflowCheckpoint:
     metadata: Mapping[str, Any] = field(default_factory=_empty_proxy)
 
     def __post_init__(self) -> None:
-        """Check field types and freeze the mappings."""
-        _check_count(self.step_index, "step_index")
-        _check_count(self.seq, "seq")
-        _check_count(self.version, "version")
-        if not isinstance(self.cost, TokenUsage):
-            _fail("cost", "a TokenUsage", self.cost)
-        if self.run_id is not None and not isinstance(self.run_id, str):
-            _fail("run_id", "a str or None", self.run_id)
-        if self.created_at is not None and not isinstance(self.created_at, str):
-            _fail("created_at", "an ISO-8601 str or None", self.created_at)
-        for name in ("outputs", "errors", "metadata"):
-            value: object = getattr(self, name)
-            if not isinstance(value, Mapping):
-                _fail(name, "a mapping", value)
-            if not isinstance(value, MappingProxyType):
-                object.__setattr__(self, name, MappingProxyType(dict(value)))
-        context_keys: object = self.context_keys
-        if not isinstance(context_keys, tuple):
-            object.__setattr__(self, "context_keys", tuple(self.context_keys))
+        """Validate every field (the one place checkpoints are checked) and freeze them."""
+        version = _read_count(self.version, "version")
+        if version > FORMAT_VERSION:
+            msg = (
+                f"checkpoint format version {_int_text(version)} is newer than this "
+                f"executionkit reads (up to {FORMAT_VERSION}); upgrade executionkit to load it"
+            )
+            raise CheckpointFormatError(msg, path="version")
+        outputs = _read_dict(self.outputs, "outputs")
+        if "" in outputs:
+            msg = "checkpoint field 'outputs' must have non-empty step names as keys, got ''"
+            raise CheckpointFormatError(msg, path="outputs")
+        step_index = _read_count(self.step_index, "step_index")
+        # 0.4 kept the initial context inside `outputs`, so only newer formats must match.
+        if version != LEGACY_VERSION and step_index != len(outputs):
+            msg = (
+                f"checkpoint field 'step_index' must equal the number of outputs "
+                f"({len(outputs)}), got {_int_text(step_index)}"
+            )
+            raise CheckpointFormatError(msg, path="step_index")
+        cost: object = self.cost
+        if not isinstance(cost, TokenUsage):
+            _fail("cost", "a TokenUsage", cost)
+        for name in _COST_KEYS:
+            _read_count(getattr(cost, name), f"cost.{name}")
+        _read_count(self.seq, "seq")
+        _read_optional_str(self.run_id, "run_id")
+        _read_timestamp(self.created_at)
+        errors = _read_dict(self.errors, "errors")
+        for name, text in errors.items():
+            if not isinstance(text, str):
+                _fail(f"errors.{name}", "a str", text)
+        freeze = object.__setattr__
+        freeze(self, "outputs", MappingProxyType(outputs))
+        freeze(self, "errors", MappingProxyType(errors))
+        freeze(self, "metadata", MappingProxyType(_read_dict(self.metadata, "metadata")))
+        freeze(self, "context_keys", _read_context_keys(self.context_keys))
 
     def to_dict(self) -> dict[str, Any]:
         """Return the checkpoint as a plain dict.
@@ -157,32 +177,18 @@ class WorkflowCheckpoint:
         version = data["version"]
         if type(version) is not int or version < 1:
             _fail("version", "a positive int", version)
-        if version > FORMAT_VERSION:
-            msg = (
-                f"checkpoint format version {version} is newer than this executionkit "
-                f"reads (up to {FORMAT_VERSION}); upgrade executionkit to load it"
-            )
-            raise CheckpointFormatError(msg, path="version")
-        _check_keys(data, _KEYS, required=_KEYS, where="")
-        outputs = _read_outputs(data["outputs"])
-        step_index = _read_count(data["step_index"], "step_index")
-        if step_index != len(outputs):
-            msg = (
-                f"checkpoint field 'step_index' must equal the number of outputs "
-                f"({len(outputs)}), got {step_index}"
-            )
-            raise CheckpointFormatError(msg, path="step_index")
+        _check_keys(data, _KEYS, where="")
         return cls(
-            step_index=step_index,
-            outputs=MappingProxyType(outputs),
+            step_index=data["step_index"],
+            outputs=data["outputs"],
             cost=_read_cost(data["cost"]),
             version=version,
-            run_id=_read_optional_str(data["run_id"], "run_id"),
-            seq=_read_count(data["seq"], "seq"),
-            context_keys=_read_context_keys(data["context_keys"]),
-            errors=MappingProxyType(_read_errors(data["errors"])),
-            created_at=_read_timestamp(data["created_at"]),
-            metadata=MappingProxyType(_read_dict(data["metadata"], "metadata")),
+            run_id=data["run_id"],
+            seq=data["seq"],
+            context_keys=data["context_keys"],
+            errors=data["errors"],
+            created_at=data["created_at"],
+            metadata=data["metadata"],
         )
 
 
@@ -195,10 +201,10 @@ def _read_legacy(data: Mapping[str, Any]) -> WorkflowCheckpoint:
             f"'cost', but this one also has {', '.join(map(repr, extra))})"
         )
         raise CheckpointFormatError(msg, path="version")
-    _check_keys(data, _LEGACY_KEYS, required=_LEGACY_KEYS, where="")
+    _check_keys(data, _LEGACY_KEYS, where="")
     return WorkflowCheckpoint(
-        step_index=_read_count(data["step_index"], "step_index"),
-        outputs=MappingProxyType(_read_outputs(data["outputs"])),
+        step_index=data["step_index"],
+        outputs=data["outputs"],
         cost=_read_cost(data["cost"]),
         version=LEGACY_VERSION,
     )
@@ -207,7 +213,16 @@ def _read_legacy(data: Mapping[str, Any]) -> WorkflowCheckpoint:
 _PREVIEW_CHARS = 60
 
 
+def _int_text(value: int) -> str:
+    # Python refuses to print ints past 4,300 digits; describe those instead of failing.
+    if value.bit_length() > 4096:  # noqa: PLR2004 - comfortably under the digit limit
+        return f"an int of {value.bit_length()} bits"
+    return str(value)
+
+
 def _describe(value: object) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"int {_int_text(value)}"
     text = repr(value)
     if len(text) > _PREVIEW_CHARS:
         text = text[: _PREVIEW_CHARS - 3] + "..."
@@ -219,21 +234,14 @@ def _fail(path: str, expected: str, value: object) -> NoReturn:
     raise CheckpointFormatError(msg, path=path)
 
 
-def _check_count(value: object, path: str) -> None:
-    if type(value) is not int or value < 0:
-        _fail(path, "a non-negative int", value)
-
-
-def _check_keys(
-    data: Mapping[str, Any], allowed: frozenset[str], *, required: frozenset[str], where: str
-) -> None:
-    for key in sorted(required):
+def _check_keys(data: Mapping[str, Any], expected: frozenset[str], *, where: str) -> None:
+    for key in sorted(expected):
         if key not in data:
             path = f"{where}{key}"
             msg = f"checkpoint field {path!r} is missing"
             raise CheckpointFormatError(msg, path=path)
     for key in data:
-        if key not in allowed:
+        if key not in expected:
             path = f"{where}{key}"
             msg = f"checkpoint has unexpected field {path!r}"
             raise CheckpointFormatError(msg, path=path)
@@ -257,36 +265,29 @@ def _read_dict(value: object, path: str) -> dict[str, Any]:
     return result
 
 
-def _read_outputs(value: object) -> dict[str, Any]:
-    outputs = _read_dict(value, "outputs")
-    if "" in outputs:
-        msg = "checkpoint field 'outputs' must have non-empty step names as keys, got ''"
-        raise CheckpointFormatError(msg, path="outputs")
-    return outputs
-
-
 def _read_cost(value: object) -> TokenUsage:
     cost = _read_dict(value, "cost")
-    keys = frozenset(_COST_KEYS)
-    _check_keys(cost, keys, required=keys, where="cost.")
-    counts = [_read_count(cost[key], f"cost.{key}") for key in _COST_KEYS]
-    return TokenUsage(*counts)
+    _check_keys(cost, frozenset(_COST_KEYS), where="cost.")
+    return TokenUsage(*(_read_count(cost[key], f"cost.{key}") for key in _COST_KEYS))
 
 
 def _read_optional_str(value: object, path: str) -> str | None:
     if value is None or isinstance(value, str):
         return value
-    _fail(path, "a str or null", value)
+    _fail(path, "a str or None", value)
 
 
 def _read_timestamp(value: object) -> str | None:
-    text = _read_optional_str(value, "created_at")
-    if text is not None:
+    if value is None:
+        return None
+    if isinstance(value, str):
         try:
-            datetime.fromisoformat(text)
+            datetime.fromisoformat(value)
         except ValueError:
-            _fail("created_at", "an ISO-8601 timestamp str or null", text)
-    return text
+            pass
+        else:
+            return value
+    _fail("created_at", "an ISO-8601 timestamp str or None", value)
 
 
 def _read_context_keys(value: object) -> tuple[str, ...]:
@@ -300,9 +301,13 @@ def _read_context_keys(value: object) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _read_errors(value: object) -> dict[str, str]:
-    errors = _read_dict(value, "errors")
-    for name, text in errors.items():
-        if not isinstance(text, str):
-            _fail(f"errors.{name}", "a str", text)
-    return errors
+def trusted_checkpoint(**fields: Any) -> WorkflowCheckpoint:
+    """Build a checkpoint without validation, from values the runner guarantees.
+
+    Validation walks every output, which would make each checkpoint cost
+    O(workflow size); the runner's values are correct by construction.
+    """
+    checkpoint = object.__new__(WorkflowCheckpoint)
+    for name, value in fields.items():
+        object.__setattr__(checkpoint, name, value)
+    return checkpoint

@@ -87,6 +87,11 @@ class StepContext(Mapping[str, Any]):
         )
         raise TypeError(msg)
 
+    def __delitem__(self, key: str) -> None:
+        """Refuse: ``ctx`` is read-only."""
+        msg = f"ctx of step {self._step_name!r} is read-only; {key!r} cannot be deleted"
+        raise TypeError(msg)
+
     def __repr__(self) -> str:
         """Show the step and the readable keys, never the values."""
         return f"<ctx of step {self._step_name!r}: {list(self)!r}>"

@@ -9,7 +9,7 @@ from typing import Any
 from executionkit._types import TokenUsage
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class WorkflowResult:
     """The outputs and total token usage of a completed run.
 

@@ -15,7 +15,12 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, TypeAlias
 
-from executionkit._checkpoint import FORMAT_VERSION, LEGACY_VERSION, WorkflowCheckpoint
+from executionkit._checkpoint import (
+    FORMAT_VERSION,
+    LEGACY_VERSION,
+    WorkflowCheckpoint,
+    trusted_checkpoint,
+)
 from executionkit._context import StepContext
 from executionkit._errors import CheckpointMismatchError, RunArgumentError, WorkflowFailed
 from executionkit._graph import Frontier, Graph
@@ -228,7 +233,7 @@ class Run:
         self._seq += 1
         names = self._graph.names
         errors = {names[p]: f"{type(exc).__name__}: {exc}" for p, exc in sorted(failures.items())}
-        checkpoint = WorkflowCheckpoint(
+        checkpoint = trusted_checkpoint(
             step_index=len(self._outputs),
             outputs=MappingProxyType(dict(self._outputs)),
             cost=self._cost,

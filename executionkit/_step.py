@@ -17,7 +17,7 @@ def _empty_metadata() -> MappingProxyType[str, Any]:
     return MappingProxyType({})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Step:
     """A named unit of work and the steps it depends on.
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
@@ -11,7 +12,7 @@ T = TypeVar("T")
 _USAGE_FIELDS = ("input_tokens", "output_tokens", "llm_calls")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class TokenUsage:
     """Token and call counts spent by LLM calls.
 
@@ -69,7 +70,7 @@ def _empty_metadata() -> MappingProxyType[str, Any]:
     return MappingProxyType({})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class PatternResult(Generic[T]):
     """A value together with what it cost to produce.
 
@@ -86,7 +87,7 @@ class PatternResult(Generic[T]):
     value: T
     score: float | None = None
     cost: TokenUsage = field(default_factory=TokenUsage)
-    metadata: MappingProxyType[str, Any] = field(default_factory=_empty_metadata)
+    metadata: Mapping[str, Any] = field(default_factory=_empty_metadata)
 
     def __post_init__(self) -> None:
         """Check ``cost`` and make ``metadata`` read-only."""
