@@ -107,7 +107,9 @@ class WorkflowCheckpoint:
         for name in _COST_KEYS:
             _read_count(getattr(cost, name), f"cost.{name}")
         _read_count(self.seq, "seq")
-        _read_optional_str(self.run_id, "run_id")
+        run_id: object = self.run_id
+        if run_id is not None and (not isinstance(run_id, str) or not run_id):
+            _fail("run_id", "a non-empty str or None", run_id)
         _read_timestamp(self.created_at)
         errors = _read_dict(self.errors, "errors")
         for name, text in errors.items():
@@ -269,12 +271,6 @@ def _read_cost(value: object) -> TokenUsage:
     cost = _read_dict(value, "cost")
     _check_keys(cost, frozenset(_COST_KEYS), where="cost.")
     return TokenUsage(*(_read_count(cost[key], f"cost.{key}") for key in _COST_KEYS))
-
-
-def _read_optional_str(value: object, path: str) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    _fail(path, "a str or None", value)
 
 
 def _read_timestamp(value: object) -> str | None:

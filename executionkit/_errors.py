@@ -11,10 +11,13 @@ if TYPE_CHECKING:
 
 
 class ExecutionKitError(Exception):
-    """Root of every exception raised by executionkit itself.
+    """Root of the errors executionkit raises about workflows, checkpoints and runs.
 
-    Exceptions raised by your own steps or callbacks are never wrapped in this
-    class except by :class:`WorkflowFailed`, which keeps them in ``errors``.
+    Plain misuse with an obvious builtin meaning raises that builtin instead: a
+    non-int `TokenUsage` count is a `TypeError`, writing to a step's ``ctx`` is a
+    `TypeError`, and `Workflow.run_sync` inside a running event loop is a
+    `RuntimeError`. Exceptions raised by your own steps reach you inside
+    `WorkflowFailed.errors`; those raised by ``checkpoint_fn`` propagate as they are.
     """
 
 

@@ -267,6 +267,14 @@ class Run:
                 f"(step_index={checkpoint.step_index}, recording steps {steps}); no further "
                 f"step was started"
             )
+            if failures:
+                failed = "; ".join(
+                    f"{self._graph.names[p]!r}: {type(e).__name__}: {e}"
+                    for p, e in sorted(failures.items())
+                )
+                exc.add_note(
+                    f"executionkit: the checkpoint recorded these step failures: {failed}"
+                )
             raise
 
     def _failure(self, failures: Mapping[int, Exception]) -> WorkflowFailed:

@@ -220,7 +220,11 @@ def test_checkpoints_compare_by_value() -> None:
             "checkpoint field 'cost' must be a TokenUsage, got NoneType None",
             "cost",
         ),
-        ({"run_id": 5}, "checkpoint field 'run_id' must be a str or None, got int 5", "run_id"),
+        (
+            {"run_id": 5},
+            "checkpoint field 'run_id' must be a non-empty str or None, got int 5",
+            "run_id",
+        ),
         (
             {"created_at": 5},
             "checkpoint field 'created_at' must be an ISO-8601 timestamp str or None, got int 5",
@@ -370,7 +374,7 @@ ROUND_TRIP_CHECKPOINTS = [
         step_index=1,
         outputs=MappingProxyType({"only": []}),
         cost=TokenUsage(0, 0, 0),
-        run_id="",
+        run_id="r",
         seq=0,
         created_at="2024-05-01",
     ),
@@ -584,13 +588,13 @@ VALIDATION_CASES: list[tuple[str, object, str, str]] = [
     (
         "run_id-int",
         _with(run_id=5),
-        "checkpoint field 'run_id' must be a str or None, got int 5",
+        "checkpoint field 'run_id' must be a non-empty str or None, got int 5",
         "run_id",
     ),
     (
         "run_id-list",
         _with(run_id=["r"]),
-        "checkpoint field 'run_id' must be a str or None, got list ['r']",
+        "checkpoint field 'run_id' must be a non-empty str or None, got list ['r']",
         "run_id",
     ),
     (
@@ -979,7 +983,7 @@ def valid_checkpoints(draw: st.DrawFn) -> WorkflowCheckpoint:
         step_index=len(outputs),
         outputs=MappingProxyType(outputs),
         cost=cost,
-        run_id=draw(st.none() | st.text(max_size=12)),
+        run_id=draw(st.none() | st.text(min_size=1, max_size=12)),
         seq=draw(st.integers(min_value=0)),
         context_keys=tuple(draw(st.lists(st.text(max_size=8), unique=True, max_size=4))),
         errors=MappingProxyType(draw(st.dictionaries(st.text(max_size=8), st.text(), max_size=3))),
@@ -1089,3 +1093,12 @@ def test_constructor_rejects_what_from_dict_would_reject(
     with pytest.raises(CheckpointFormatError) as caught:
         _make(**fields)
     assert caught.value.path == path
+
+
+def test_empty_run_id_is_rejected_like_run_does() -> None:
+    """run(run_id="") is refused, so a checkpoint cannot carry one either."""
+    with pytest.raises(CheckpointFormatError) as caught:
+        _make(run_id="")
+    assert str(caught.value) == (
+        "checkpoint field 'run_id' must be a non-empty str or None, got str ''"
+    )
