@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from executionkit._checkpoint import WorkflowCheckpoint
 from executionkit._errors import (
+    BudgetExceeded,
     CheckpointFormatError,
     CheckpointMismatchError,
+    CheckpointValueError,
     ContextKeyError,
     ExecutionKitError,
     RunArgumentError,
@@ -21,23 +23,28 @@ from executionkit._errors import (
 )
 from executionkit._result import WorkflowResult
 from executionkit._step import Step
+from executionkit._step_context import StepContext, current_step
 from executionkit._types import PatternResult, TokenUsage
 from executionkit._workflow import Workflow
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BudgetExceeded",
     "CheckpointFormatError",
     "CheckpointMismatchError",
+    "CheckpointValueError",
     "ContextKeyError",
     "ExecutionKitError",
     "PatternResult",
     "RunArgumentError",
     "Step",
+    "StepContext",
     "TokenUsage",
     "Workflow",
     "WorkflowCheckpoint",
     "WorkflowDefinitionError",
     "WorkflowFailed",
     "WorkflowResult",
+    "current_step",
 ]

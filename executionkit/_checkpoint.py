@@ -11,14 +11,17 @@ from typing import Any, NoReturn
 from executionkit._errors import CheckpointFormatError
 from executionkit._types import TokenUsage
 
-FORMAT_VERSION = 1
-"""The checkpoint format version this library writes (and the newest it reads)."""
+FORMAT_VERSION = 2
+"""The checkpoint format version this library writes (and the newest it reads).
+
+Version 1 (executionkit 0.1) lacks ``progress``; version 2 (0.2) added it.
+"""
 
 LEGACY_VERSION = 0
 """The implicit version of ExecutionKit 0.4 dicts, which carry no ``version`` key."""
 
 _LEGACY_KEYS = frozenset({"step_index", "outputs", "cost"})
-_KEYS = frozenset(
+_V1_KEYS = frozenset(
     {
         "version",
         "run_id",
@@ -32,6 +35,7 @@ _KEYS = frozenset(
         "metadata",
     }
 )
+_KEYS_BY_VERSION = {1: _V1_KEYS, 2: _V1_KEYS | {"progress"}}
 _COST_KEYS = ("input_tokens", "output_tokens", "llm_calls")
 
 
@@ -62,6 +66,8 @@ class WorkflowCheckpoint:
             in the batch this checkpoint was taken after.
         created_at: When the checkpoint was taken, UTC ISO-8601.
         metadata: The ``metadata`` passed to ``run``, stored verbatim.
+        progress: Step name to the progress value that step saved through
+            `StepContext.save_progress` and has not completed since (format 2).
 
     Raises:
         CheckpointFormatError: If a field is invalid, exactly as `from_dict`
@@ -79,16 +85,13 @@ class WorkflowCheckpoint:
     errors: Mapping[str, str] = field(default_factory=_empty_proxy)
     created_at: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=_empty_proxy)
+    progress: Mapping[str, Any] = field(default_factory=_empty_proxy)
 
     def __post_init__(self) -> None:
         """Validate every field (the one place checkpoints are checked) and freeze them."""
         version = _read_count(self.version, "version")
         if version > FORMAT_VERSION:
-            msg = (
-                f"checkpoint format version {_int_text(version)} is newer than this "
-                f"executionkit reads (up to {FORMAT_VERSION}); upgrade executionkit to load it"
-            )
-            raise CheckpointFormatError(msg, path="version")
+            raise _newer_version(version)
         outputs = _read_dict(self.outputs, "outputs")
         if "" in outputs:
             msg = "checkpoint field 'outputs' must have non-empty step names as keys, got ''"
@@ -120,6 +123,7 @@ class WorkflowCheckpoint:
         freeze(self, "errors", MappingProxyType(errors))
         freeze(self, "metadata", MappingProxyType(_read_dict(self.metadata, "metadata")))
         freeze(self, "context_keys", _read_context_keys(self.context_keys))
+        freeze(self, "progress", _read_progress(self.progress, version, outputs))
 
     def to_dict(self) -> dict[str, Any]:
         """Return the checkpoint as a plain dict.
@@ -138,7 +142,7 @@ class WorkflowCheckpoint:
         }
         if self.version == LEGACY_VERSION:
             return {"step_index": self.step_index, "outputs": dict(self.outputs), "cost": cost}
-        return {
+        data: dict[str, Any] = {
             "version": self.version,
             "run_id": self.run_id,
             "seq": self.seq,
@@ -150,6 +154,9 @@ class WorkflowCheckpoint:
             "errors": dict(self.errors),
             "metadata": dict(self.metadata),
         }
+        if self.version >= 2:  # noqa: PLR2004 - the version that introduced progress
+            data["progress"] = dict(self.progress)
+        return data
 
     @classmethod
     def from_dict(cls, data: object) -> WorkflowCheckpoint:
@@ -179,7 +186,9 @@ class WorkflowCheckpoint:
         version = data["version"]
         if type(version) is not int or version < 1:
             _fail("version", "a positive int", version)
-        _check_keys(data, _KEYS, where="")
+        if version > FORMAT_VERSION:
+            raise _newer_version(version)
+        _check_keys(data, _KEYS_BY_VERSION[version], where="")
         return cls(
             step_index=data["step_index"],
             outputs=data["outputs"],
@@ -191,6 +200,7 @@ class WorkflowCheckpoint:
             errors=data["errors"],
             created_at=data["created_at"],
             metadata=data["metadata"],
+            progress=data.get("progress", {}),
         )
 
 
@@ -229,6 +239,14 @@ def _describe(value: object) -> str:
     if len(text) > _PREVIEW_CHARS:
         text = text[: _PREVIEW_CHARS - 3] + "..."
     return f"{type(value).__name__} {text}"
+
+
+def _newer_version(version: int) -> CheckpointFormatError:
+    msg = (
+        f"checkpoint format version {_int_text(version)} is newer than this executionkit "
+        f"reads (up to {FORMAT_VERSION}); upgrade executionkit to load it"
+    )
+    return CheckpointFormatError(msg, path="version")
 
 
 def _fail(path: str, expected: str, value: object) -> NoReturn:
@@ -284,6 +302,23 @@ def _read_timestamp(value: object) -> str | None:
         else:
             return value
     _fail("created_at", "an ISO-8601 timestamp str or None", value)
+
+
+def _read_progress(
+    value: object, version: int, outputs: Mapping[str, Any]
+) -> MappingProxyType[str, Any]:
+    progress = _read_dict(value, "progress")
+    if progress and version < 2:  # noqa: PLR2004 - the version that introduced it
+        msg = f"checkpoint field 'progress' needs format version 2, got version {version}"
+        raise CheckpointFormatError(msg, path="progress")
+    done = [name for name in progress if name in outputs]
+    if done:
+        msg = (
+            f"checkpoint field 'progress' names completed steps {done!r}; progress is "
+            f"dropped when a step completes"
+        )
+        raise CheckpointFormatError(msg, path="progress")
+    return MappingProxyType(progress)
 
 
 def _read_context_keys(value: object) -> tuple[str, ...]:

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 _PREVIEW = 8
 
 
-class StepContext(Mapping[str, Any]):
+class ContextView(Mapping[str, Any]):
     """The initial context plus the outputs of one step's ancestors, read-only.
 
     A view, not a copy: it reads the run's output table directly and filters by

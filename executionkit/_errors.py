@@ -8,6 +8,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._types import TokenUsage
 
 
 class ExecutionKitError(Exception):
@@ -46,6 +47,62 @@ class CheckpointFormatError(ExecutionKitError, ValueError):
         """Create the error with its message and the offending field's path."""
         super().__init__(message)
         self.path = path
+
+
+class CheckpointValueError(ExecutionKitError, ValueError):
+    """A value bound for a checkpoint is not plain data.
+
+    Raised by `StepContext.save_progress` when the progress value would not
+    survive a JSON round trip equal: only dicts with str keys, lists, str, int,
+    finite floats, bool and None are allowed. The message names the step and
+    the path inside the value, such as ``['items'][3]['value']``.
+
+    Attributes:
+        path: The path inside the value, ``""`` for the value itself.
+        value: The offending part of the value.
+    """
+
+    def __init__(self, message: str, *, path: str, value: object) -> None:
+        """Create the error for the offending ``value`` at ``path``."""
+        super().__init__(message)
+        self.path = path
+        self.value = value
+
+
+class BudgetExceeded(ExecutionKitError):  # noqa: N818 - reads as an event, like WorkflowFailed
+    """The run's token usage reached a limit of its ``budget``; nothing new started.
+
+    Steps already running were allowed to finish and were recorded, and a
+    checkpoint was taken. Resume from `checkpoint` with a larger budget to
+    continue where the run stopped (restored usage counts against the budget).
+
+    Attributes:
+        checkpoint: The checkpoint taken when the run stopped.
+        usage: Total token usage at that point, restored usage included.
+        budget: The budget that was reached.
+    """
+
+    def __init__(
+        self, checkpoint: WorkflowCheckpoint, usage: TokenUsage, budget: TokenUsage
+    ) -> None:
+        """Create the error from the checkpoint, the usage and the budget."""
+        self.checkpoint = checkpoint
+        self.usage = usage
+        self.budget = budget
+        reached = ", ".join(
+            f"{name} {used} of {limit}"
+            for name, used, limit in (
+                ("input_tokens", usage.input_tokens, budget.input_tokens),
+                ("output_tokens", usage.output_tokens, budget.output_tokens),
+                ("llm_calls", usage.llm_calls, budget.llm_calls),
+            )
+            if limit and used >= limit
+        )
+        super().__init__(
+            f"budget reached: {reached}; no new step was started. .checkpoint "
+            f"(seq={checkpoint.seq}) records the {checkpoint.step_index} completed step(s); "
+            f"resume from it with a larger budget to continue"
+        )
 
 
 class RunArgumentError(ExecutionKitError, ValueError):

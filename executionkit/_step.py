@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
+import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from types import MappingProxyType
 from typing import Any, TypeAlias
 
@@ -17,7 +19,7 @@ def _empty_metadata() -> MappingProxyType[str, Any]:
     return MappingProxyType({})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Step:
     """A named unit of work and the steps it depends on.
 
@@ -34,18 +36,46 @@ class Step:
             duplicates removed.
         metadata: Free-form labels for your own use; stored read-only and never
             written to checkpoints.
+        retries: How many times to run the step again after a failed attempt
+            (keyword-only; default 0). Only the last attempt's failure fails
+            the step.
+        retry_on: The exception types that count as a failed attempt worth
+            retrying; anything else fails the step at once. An `Exception`
+            subclass or a tuple of them; default ``(Exception,)``.
+        retry_delay: Seconds to wait after the first failed attempt (default 1.0).
+        retry_backoff: Factor the wait grows by after each further failed
+            attempt (default 2.0, at least 1).
+        retry_max_delay: Cap on any single wait, in seconds (default 60.0).
+        retry_jitter: Fraction of each wait that is randomised, from 0 (exact
+            waits) to 1 (anywhere between zero and the full wait); default 0.5.
+            Jitter keeps many retrying steps from hitting a rate-limited API in
+            lockstep.
+        timeout: Seconds one attempt may take (default: no limit). A timed-out
+            attempt raises `TimeoutError` inside the step and counts as a failed
+            attempt, retried if `TimeoutError` matches ``retry_on``. Needs an
+            async ``run``: a plain function called inline cannot be interrupted,
+            so that combination is refused (hand blocking work to a thread with
+            ``await asyncio.to_thread(...)`` inside an async step instead).
 
     Raises:
         WorkflowDefinitionError: If ``name`` is not a non-empty string, ``run``
             is not callable, ``depends_on`` is a string or holds something other
-            than non-empty strings, the step depends on itself, or ``metadata``
-            is not a mapping.
+            than non-empty strings, the step depends on itself, ``metadata`` is
+            not a mapping, or a retry or timeout setting is out of range.
     """
 
     name: str
     run: StepFn
     depends_on: tuple[str, ...] = ()
     metadata: Mapping[str, Any] = field(default_factory=_empty_metadata)
+    _: KW_ONLY
+    retries: int = 0
+    retry_on: type[Exception] | tuple[type[Exception], ...] = (Exception,)
+    retry_delay: float = 1.0
+    retry_backoff: float = 2.0
+    retry_max_delay: float = 60.0
+    retry_jitter: float = 0.5
+    timeout: float | None = None
 
     def __post_init__(self) -> None:
         """Validate and normalise the fields, naming the step in every error."""
@@ -70,10 +100,103 @@ class Step:
             raise WorkflowDefinitionError(msg)
         if not isinstance(metadata, MappingProxyType):
             object.__setattr__(self, "metadata", MappingProxyType(dict(metadata)))
+        _check_retry_settings(self)
+
+    def __repr__(self) -> str:
+        """Show the name, callable, dependencies, metadata and any non-default setting."""
+        parts = [f"name={self.name!r}", f"run={self.run!r}", f"depends_on={self.depends_on!r}"]
+        parts.append(f"metadata={self.metadata!r}")
+        parts.extend(
+            f"{name}={getattr(self, name)!r}"
+            for name, default in _SETTING_DEFAULTS
+            if getattr(self, name) != default
+        )
+        return f"Step({', '.join(parts)})"
 
     def __hash__(self) -> int:
         """Hash by name, callable and dependencies (metadata is not hashable)."""
         return hash((self.name, self.run, self.depends_on))
+
+
+_SETTING_DEFAULTS = (
+    ("retries", 0),
+    ("retry_on", (Exception,)),
+    ("retry_delay", 1.0),
+    ("retry_backoff", 2.0),
+    ("retry_max_delay", 60.0),
+    ("retry_jitter", 0.5),
+    ("timeout", None),
+)
+
+
+def _check_retry_settings(step: Step) -> None:
+    name = step.name
+    retries: object = step.retries
+    if type(retries) is not int or retries < 0:
+        msg = f"step {name!r}: retries must be a non-negative int, got {retries!r}"
+        raise WorkflowDefinitionError(msg)
+    object.__setattr__(step, "retry_on", _normalise_retry_on(name, step.retry_on))
+    for setting, low in (("retry_delay", 0.0), ("retry_max_delay", 0.0), ("retry_backoff", 1.0)):
+        _check_number(name, setting, getattr(step, setting), low)
+    jitter = _check_number(name, "retry_jitter", step.retry_jitter, 0.0)
+    if jitter > 1:
+        msg = f"step {name!r}: retry_jitter must be between 0 and 1, got {step.retry_jitter!r}"
+        raise WorkflowDefinitionError(msg)
+    timeout: object = step.timeout
+    if timeout is None:
+        return
+    if _check_number(name, "timeout", timeout, 0.0) == 0:
+        msg = f"step {name!r}: timeout must be a positive number of seconds or None, got 0"
+        raise WorkflowDefinitionError(msg)
+    if not _is_async_callable(step.run):
+        msg = (
+            f"step {name!r}: timeout needs an async run function; a plain function runs "
+            f"inline and cannot be interrupted. Make it 'async def' and hand blocking work "
+            f"to a thread with 'await asyncio.to_thread(...)'"
+        )
+        raise WorkflowDefinitionError(msg)
+
+
+def _check_number(name: str, setting: str, value: object, low: float) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except OverflowError:  # an int too large for a float
+            number = math.inf
+        if math.isfinite(number) and number >= low:
+            return number
+    msg = f"step {name!r}: {setting} must be a finite number >= {low:g}, got {value!r}"
+    raise WorkflowDefinitionError(msg)
+
+
+def _normalise_retry_on(name: str, retry_on: object) -> tuple[type[Exception], ...]:
+    types = retry_on if isinstance(retry_on, tuple) else (retry_on,)
+    for kind in types:
+        if not (isinstance(kind, type) and issubclass(kind, Exception)):
+            msg = (
+                f"step {name!r}: retry_on must be an Exception subclass or a tuple of them "
+                f"(interrupts such as CancelledError are never retried), got {kind!r}"
+            )
+            raise WorkflowDefinitionError(msg)
+    return types
+
+
+def _is_async_callable(run: object) -> bool:
+    # inspect looks through functools.partial; objects need their __call__ checked.
+    return inspect.iscoroutinefunction(run) or inspect.iscoroutinefunction(
+        getattr(run, "__call__", None)  # noqa: B004 - we want the method, not callable()
+    )
+
+
+def retry_wait(step: Step, attempt: int, draw: float) -> float:
+    """Seconds to wait after failed ``attempt`` (1-based), given a uniform ``draw`` in [0, 1)."""
+    if step.retry_delay == 0 or step.retry_max_delay == 0:
+        return 0.0
+    try:
+        wait = step.retry_delay * step.retry_backoff ** (attempt - 1)
+    except OverflowError:
+        wait = math.inf
+    return min(wait, step.retry_max_delay) * (1.0 - step.retry_jitter * draw)
 
 
 def _normalise_depends_on(name: str, depends_on: object) -> tuple[str, ...]:

@@ -6,7 +6,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from executionkit._graph import Graph
-from executionkit._runner import CheckpointFn, Run
+from executionkit._runner import CheckpointFn, OnError, Run
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from executionkit._checkpoint import WorkflowCheckpoint
     from executionkit._result import WorkflowResult
     from executionkit._step import Step
+    from executionkit._types import TokenUsage
 
 
 class Workflow:
@@ -55,6 +56,8 @@ class Workflow:
         resume_from: WorkflowCheckpoint | None = None,
         run_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        on_error: OnError = "finish",
+        budget: TokenUsage | None = None,
     ) -> WorkflowResult:
         """Run every step not yet recorded, checkpointing after each batch.
 
@@ -76,6 +79,17 @@ class Workflow:
             run_id: Identifier of the run; random for a fresh run when omitted.
             metadata: A dict with str keys stored verbatim in every checkpoint,
                 for labels such as a job id.
+            on_error: What to do when a step fails. ``"finish"`` (default):
+                start nothing new, let the steps already running finish and
+                record them, then raise. ``"cancel"``: cancel the running steps
+                at once. ``"continue"``: keep running every step that does not
+                depend on a failed step, then raise. All three checkpoint
+                everything that completed before raising `WorkflowFailed`.
+            budget: Token limits for the whole run, restored usage included:
+                each non-zero field of the `TokenUsage` is a limit. Once the
+                total reaches one, no new step starts; running steps finish and
+                are recorded, a checkpoint is taken and `BudgetExceeded` is
+                raised. Resume with a larger budget to continue.
 
         Returns:
             The outputs of every step and the total token usage.
@@ -86,8 +100,14 @@ class Workflow:
             CheckpointMismatchError: Before any step runs, if ``resume_from``
                 records steps this workflow lacks, needs ``initial_context``
                 keys that are missing, or has a different ``run_id``.
-            WorkflowFailed: If steps raised. Steps already running were allowed
-                to finish, and everything completed was checkpointed first.
+            WorkflowFailed: If steps raised (after their retries). Everything
+                that completed was checkpointed first, with ``errors``.
+            BudgetExceeded: If ``budget`` was reached with steps left to run.
+            asyncio.CancelledError: If the task awaiting ``run`` is cancelled:
+                running steps are cancelled, outputs not yet checkpointed are
+                checkpointed, then the cancellation propagates unchanged. A step
+                raising `KeyboardInterrupt` or `SystemExit` is handled the same
+                way, and that exception propagates.
             Exception: Whatever ``checkpoint_fn`` raised, with a note naming
                 the checkpoint; no further step was started.
         """
@@ -98,6 +118,8 @@ class Workflow:
             resume_from=resume_from,
             run_id=run_id,
             metadata=metadata,
+            on_error=on_error,
+            budget=budget,
         )
         return await prepared.execute()
 
@@ -109,10 +131,14 @@ class Workflow:
         resume_from: WorkflowCheckpoint | None = None,
         run_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        on_error: OnError = "finish",
+        budget: TokenUsage | None = None,
     ) -> WorkflowResult:
         """Run the workflow from synchronous code; see `run` for the arguments.
 
-        Starts an event loop with `asyncio.run` and closes it afterwards.
+        Starts an event loop with `asyncio.run` and closes it afterwards. Ctrl-C
+        cancels the run like a cancelled task: running steps are cancelled, what
+        completed is checkpointed, then `KeyboardInterrupt` propagates.
 
         Raises:
             RuntimeError: If called while an event loop is running in this
@@ -136,5 +162,7 @@ class Workflow:
                 resume_from=resume_from,
                 run_id=run_id,
                 metadata=metadata,
+                on_error=on_error,
+                budget=budget,
             )
         )

@@ -14,19 +14,23 @@ import pytest
 import executionkit
 
 PUBLIC = [
+    "BudgetExceeded",
     "CheckpointFormatError",
     "CheckpointMismatchError",
+    "CheckpointValueError",
     "ContextKeyError",
     "ExecutionKitError",
     "PatternResult",
     "RunArgumentError",
     "Step",
+    "StepContext",
     "TokenUsage",
     "Workflow",
     "WorkflowCheckpoint",
     "WorkflowDefinitionError",
     "WorkflowFailed",
     "WorkflowResult",
+    "current_step",
 ]
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -76,6 +80,7 @@ def test_error_hierarchy() -> None:
         "CheckpointFormatError",
         "RunArgumentError",
         "CheckpointMismatchError",
+        "CheckpointValueError",
     ):
         cls = getattr(executionkit, name)
         assert issubclass(cls, executionkit.ExecutionKitError)
@@ -83,6 +88,7 @@ def test_error_hierarchy() -> None:
     assert issubclass(executionkit.ContextKeyError, KeyError)
     assert issubclass(executionkit.CheckpointMismatchError, executionkit.RunArgumentError)
     assert issubclass(executionkit.WorkflowFailed, executionkit.ExecutionKitError)
+    assert issubclass(executionkit.BudgetExceeded, executionkit.ExecutionKitError)
 
 
 def test_version_matches_pyproject() -> None:

@@ -23,7 +23,7 @@ from executionkit import CheckpointFormatError, ExecutionKitError, TokenUsage, W
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-TOP_KEYS = (
+V1_KEYS = (
     "version",
     "run_id",
     "seq",
@@ -35,6 +35,7 @@ TOP_KEYS = (
     "errors",
     "metadata",
 )
+TOP_KEYS = (*V1_KEYS, "progress")
 COST_KEYS = ("input_tokens", "output_tokens", "llm_calls")
 COST = {"input_tokens": 10, "output_tokens": 20, "llm_calls": 2}
 
@@ -42,7 +43,7 @@ COST = {"input_tokens": 10, "output_tokens": 20, "llm_calls": 2}
 def _valid() -> dict[str, Any]:
     """A fresh, valid current-format checkpoint dict."""
     return {
-        "version": 1,
+        "version": 2,
         "run_id": "run-1",
         "seq": 3,
         "step_index": 2,
@@ -52,6 +53,7 @@ def _valid() -> dict[str, Any]:
         "context_keys": ["doc", "client"],
         "errors": {},
         "metadata": {"job": "j1"},
+        "progress": {"c": {"done": 3}},
     }
 
 
@@ -100,7 +102,7 @@ def test_construct_with_the_three_04_fields() -> None:
     assert cp.step_index == 1
     assert dict(cp.outputs) == {"a": 1}
     assert cp.cost == TokenUsage(1, 2, 3)
-    assert cp.version == 1
+    assert cp.version == 2
     assert cp.run_id is None
     assert cp.seq == 0
     assert cp.context_keys == ()
@@ -291,7 +293,7 @@ def test_to_dict_of_a_full_checkpoint_is_exact() -> None:
         "errors": {"translate": "TimeoutError: too slow"},
         "metadata": {"job": "nightly", "attempt": 2},
     }
-    assert list(data) == list(TOP_KEYS)
+    assert list(data) == list(V1_KEYS)
     assert type(data["outputs"]) is dict
     assert type(data["context_keys"]) is list
     assert type(data["errors"]) is dict
@@ -303,7 +305,7 @@ def test_to_dict_of_defaults_is_exact() -> None:
         step_index=0, outputs=MappingProxyType({}), cost=TokenUsage()
     ).to_dict()
     assert data == {
-        "version": 1,
+        "version": 2,
         "run_id": None,
         "seq": 0,
         "step_index": 0,
@@ -313,6 +315,7 @@ def test_to_dict_of_defaults_is_exact() -> None:
         "context_keys": [],
         "errors": {},
         "metadata": {},
+        "progress": {},
     }
 
 
@@ -442,10 +445,10 @@ VALIDATION_CASES: list[tuple[str, object, str, str]] = [
     ],
     ("extra-key", _with(extra=1), "checkpoint has unexpected field 'extra'", "extra"),
     (
-        "version-2",
-        _with(version=2),
+        "version-3",
+        _with(version=3),
         (
-            "checkpoint format version 2 is newer than this executionkit reads (up to 1); "
+            "checkpoint format version 3 is newer than this executionkit reads (up to 2); "
             "upgrade executionkit to load it"
         ),
         "version",
@@ -727,7 +730,7 @@ VALIDATION_CASES: list[tuple[str, object, str, str]] = [
         "current-without-version",
         _without("version"),
         LEGACY_EXTRA_MESSAGE
-        + "'context_keys', 'created_at', 'errors', 'metadata', 'run_id', 'seq')",
+        + "'context_keys', 'created_at', 'errors', 'metadata', 'progress', 'run_id', 'seq')",
         "version",
     ),
     ("empty-dict", {}, "checkpoint field 'cost' is missing", "cost"),
@@ -1054,7 +1057,7 @@ def test_from_dict_on_mutated_valid_dicts(cp: WorkflowCheckpoint, data: st.DataO
     [
         (lambda data: data.pop("seq"), "seq"),
         (lambda data: data["cost"].pop("output_tokens"), "cost.output_tokens"),
-        (lambda data: data.__setitem__("version", 2), "version"),
+        (lambda data: data.__setitem__("version", 3), "version"),
         (lambda data: data.__setitem__("surprise", 1), "surprise"),
         (lambda data: data["cost"].__setitem__("input_tokens", -5), "cost.input_tokens"),
         (lambda data: data["outputs"].__setitem__("c", 3), "step_index"),
@@ -1083,7 +1086,7 @@ def test_specific_mutations_name_the_field(
         ({"errors": {"s": 1}}, "errors.s"),
         ({"outputs": {1: "x"}, "step_index": 1}, "outputs"),
         ({"metadata": {1: "x"}}, "metadata"),
-        ({"version": 2}, "version"),
+        ({"version": 3}, "version"),
     ],
 )
 def test_constructor_rejects_what_from_dict_would_reject(

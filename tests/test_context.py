@@ -17,7 +17,7 @@ from executionkit import (
     WorkflowCheckpoint,
     WorkflowFailed,
 )
-from executionkit._context import StepContext
+from executionkit._context import ContextView
 from executionkit._graph import Graph
 
 INITIAL = {"model": "m-1", "api_key": "s3cret-value"}
@@ -235,7 +235,7 @@ def test_failed_read_is_reported_by_workflow_failed_and_its_checkpoint() -> None
 def _context(initial: Mapping[str, Any], spec: Mapping[str, tuple[str, ...]], step: str) -> Any:
     graph = Graph(Step(name, print, depends_on=deps) for name, deps in spec.items())
     outputs = {name: f"out-{name}" for name in spec}
-    return StepContext(graph, graph.index[step], initial, outputs)
+    return ContextView(graph, graph.index[step], initial, outputs)
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,7 @@ from executionkit import (
     WorkflowFailed,
     WorkflowResult,
 )
+from executionkit._checkpoint import FORMAT_VERSION
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -254,7 +255,7 @@ def _check_checkpoints(
         assert checkpoint.cost == dag.total(checkpoint.outputs)
         assert checkpoint.context_keys == context_keys
         assert set(checkpoint.outputs) <= set(dag.names)  # context values never written
-        assert checkpoint.version == 1
+        assert checkpoint.version == FORMAT_VERSION
 
 
 @dataclass(frozen=True)

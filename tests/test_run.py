@@ -24,6 +24,7 @@ from executionkit import (
     WorkflowCheckpoint,
     WorkflowFailed,
 )
+from executionkit._checkpoint import FORMAT_VERSION
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -92,7 +93,7 @@ async def test_list_appending_checkpoint_fn_sees_every_batch() -> None:
     assert {cp.run_id for cp in checkpoints} == {result.run_id}
     assert re.fullmatch(r"[0-9a-f]{32}", result.run_id)
     for cp in checkpoints:
-        assert cp.version == 1
+        assert cp.version == FORMAT_VERSION
         assert cp.context_keys == ("doc", "secret")
         assert dict(cp.errors) == {}
         assert dict(cp.metadata) == {"job": "nightly", "n": 3}
@@ -234,8 +235,8 @@ async def test_checkpoint_fn_error_propagates_with_a_note_and_stops_the_run(
     assert caught.value is error
     assert caught.value.__notes__ == [
         (
-            "executionkit: checkpoint_fn raised while saving checkpoint seq=2 (step_index=3, "
-            "recording steps 'left', 'right'); no further step was started"
+            "executionkit: checkpoint_fn raised while saving checkpoint seq=2 (step_index=3); "
+            "no further step was started"
         )
     ]
     assert calls["join"] == 0
@@ -528,7 +529,7 @@ async def test_legacy_04_checkpoint_resumes_with_its_stored_context() -> None:
         "join": ["FROM-0.4-L", "FROM-0.4-R"],
     }
     assert result.cost == TokenUsage(20, 10, 3)
-    assert later[-1].version == 1
+    assert later[-1].version == FORMAT_VERSION
     assert later[-1].context_keys == ("doc",)
     assert "from-0.4" not in json.dumps(later[-1].to_dict())
 

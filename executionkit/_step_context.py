@@ -1,0 +1,106 @@
+"""`current_step()`: what a running step knows about itself."""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import asyncio
+
+
+class _Host(Protocol):
+    """The run a step context belongs to."""
+
+    def progress_of(self, name: str) -> Any: ...
+
+    def save_progress(self, name: str, value: object) -> asyncio.Future[None]: ...
+
+
+class StepContext:
+    """The identity and progress of the step that is running now.
+
+    Get it with `current_step` from inside a step, sync or async. Each attempt
+    of each step sees its own; concurrently running steps never see each
+    other's.
+
+    Attributes:
+        name: The step's name.
+        run_id: The run's identifier, the same across resumes.
+        attempt: 1 for the first attempt, 2 for the first retry, and so on.
+        max_attempts: ``retries + 1``.
+    """
+
+    __slots__ = ("_host", "attempt", "max_attempts", "name", "run_id")
+
+    def __init__(
+        self, host: _Host, name: str, run_id: str, attempt: int, max_attempts: int
+    ) -> None:
+        """Create the context of one attempt (done by the runner, not by you)."""
+        self._host = host
+        self.name = name
+        self.run_id = run_id
+        self.attempt = attempt
+        self.max_attempts = max_attempts
+
+    @property
+    def idempotency_key(self) -> str:
+        """A key that is the same for every attempt and every resume of this step in this run.
+
+        32 hex characters derived from ``run_id`` and the step name. Pass it to
+        APIs that accept idempotency keys (payments, LLM batch APIs) so a step
+        that ran again after a crash does not repeat the side effect.
+        """
+        import hashlib  # noqa: PLC0415 - only steps that ask pay for the import
+
+        return hashlib.sha256(f"{self.run_id}\0{self.name}".encode()).hexdigest()[:32]
+
+    @property
+    def progress(self) -> Any:
+        """The progress value this step saved last, restored on resume; None if none."""
+        return self._host.progress_of(self.name)
+
+    def save_progress(self, value: object) -> asyncio.Future[None]:
+        """Record ``value`` as this step's progress and have it checkpointed.
+
+        Saving triggers a checkpoint that carries the value (calls to
+        ``checkpoint_fn`` still never overlap). An async step can ``await`` the
+        returned future to continue only once that checkpoint was taken; a sync
+        step can ignore it. On resume, the step reads the value back from
+        `progress`; when the step completes, its progress is dropped.
+
+        Args:
+            value: Plain data only: dicts with str keys, lists, str, int,
+                finite float, bool and None.
+
+        Raises:
+            CheckpointValueError: If ``value`` is not plain data; the message
+                names the step and the path of the offending part.
+        """
+        return self._host.save_progress(self.name, value)
+
+    def __repr__(self) -> str:
+        """Show the step, run and attempt."""
+        return (
+            f"StepContext(name={self.name!r}, run_id={self.run_id!r}, "
+            f"attempt={self.attempt}, max_attempts={self.max_attempts})"
+        )
+
+
+CURRENT_STEP: ContextVar[StepContext] = ContextVar("executionkit_current_step")
+
+
+def current_step() -> StepContext:
+    """Return the `StepContext` of the step running in this task or thread.
+
+    Raises:
+        RuntimeError: If called outside a running step.
+    """
+    try:
+        return CURRENT_STEP.get()
+    except LookupError:
+        msg = (
+            "executionkit.current_step() was called outside a running step; call it from "
+            "inside a step's run function"
+        )
+        raise RuntimeError(msg) from None
