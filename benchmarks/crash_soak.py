@@ -21,9 +21,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # the harness lives beside the test that uses it
 
-from tests.crash_harness import CampaignReport, crash_campaign  # noqa: E402
+from crash_harness import CampaignReport, crash_campaign  # noqa: E402
 
 
 def summary(report: CampaignReport, command: str) -> str:
