@@ -14,7 +14,8 @@ from executionkit._types import TokenUsage
 FORMAT_VERSION = 2
 """The checkpoint format version this library writes (and the newest it reads).
 
-Version 1 (executionkit 0.1) lacks ``progress``; version 2 (0.2) added it.
+Version 1 (executionkit 0.1) lacks ``progress`` and ``step_info``; version 2
+(executionkit 0.2) added both.
 """
 
 LEGACY_VERSION = 0
@@ -35,7 +36,8 @@ _V1_KEYS = frozenset(
         "metadata",
     }
 )
-_KEYS_BY_VERSION = {1: _V1_KEYS, 2: _V1_KEYS | {"progress"}}
+_KEYS_BY_VERSION = {1: _V1_KEYS, 2: _V1_KEYS | {"progress", "step_info"}}
+_STEP_INFO_KEYS = frozenset({"version", "depends_on"})
 _COST_KEYS = ("input_tokens", "output_tokens", "llm_calls")
 
 
@@ -68,6 +70,15 @@ class WorkflowCheckpoint:
         metadata: The ``metadata`` passed to ``run``, stored verbatim.
         progress: Step name to the progress value that step saved through
             `StepContext.save_progress` and has not completed since (format 2).
+        step_info: For every recorded step, the `Step.version` and dependency
+            names it ran with: ``{"version": str | None, "depends_on": (...)}``
+            (format 2). On resume a step whose version or dependencies changed
+            since is run again, with its descendants. Empty in checkpoints of
+            older formats, which are trusted as they are.
+        new_outputs: Names of the outputs recorded since the previous checkpoint
+            of this run, in recording order, so an append-only store can write
+            only those. Not part of the dict format (``()`` after `from_dict`)
+            and not compared by ``==``.
 
     Raises:
         CheckpointFormatError: If a field is invalid, exactly as `from_dict`
@@ -86,6 +97,8 @@ class WorkflowCheckpoint:
     created_at: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=_empty_proxy)
     progress: Mapping[str, Any] = field(default_factory=_empty_proxy)
+    step_info: Mapping[str, Mapping[str, Any]] = field(default_factory=_empty_proxy)
+    new_outputs: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         """Validate every field (the one place checkpoints are checked) and freeze them."""
@@ -124,6 +137,10 @@ class WorkflowCheckpoint:
         freeze(self, "metadata", MappingProxyType(_read_dict(self.metadata, "metadata")))
         freeze(self, "context_keys", _read_context_keys(self.context_keys))
         freeze(self, "progress", _read_progress(self.progress, version, outputs))
+        freeze(self, "step_info", _read_step_info(self.step_info, version, outputs, self.progress))
+        new: object = self.new_outputs
+        if not isinstance(new, tuple) or any(name not in outputs for name in new):
+            _fail("new_outputs", "a tuple of recorded step names", new)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the checkpoint as a plain dict.
@@ -156,6 +173,10 @@ class WorkflowCheckpoint:
         }
         if self.version >= 2:  # noqa: PLR2004 - the version that introduced progress
             data["progress"] = dict(self.progress)
+            data["step_info"] = {
+                name: {"version": info["version"], "depends_on": list(info["depends_on"])}
+                for name, info in self.step_info.items()
+            }
         return data
 
     @classmethod
@@ -163,9 +184,9 @@ class WorkflowCheckpoint:
         """Rebuild a checkpoint from what `to_dict` returned.
 
         Also accepts the dict after a ``json.dumps``/``json.loads`` round trip,
-        and dicts written by ExecutionKit 0.4 (only ``step_index``, ``outputs``
-        and ``cost``). Everything is validated; nothing is evaluated, imported
-        or unpickled.
+        every earlier format (1, without ``progress`` and ``step_info``; and
+        ExecutionKit 0.4's, with only ``step_index``, ``outputs`` and ``cost``).
+        Everything is validated; nothing is evaluated, imported or unpickled.
 
         Raises:
             CheckpointFormatError: If anything is malformed: not a dict, a
@@ -201,6 +222,7 @@ class WorkflowCheckpoint:
             created_at=data["created_at"],
             metadata=data["metadata"],
             progress=data.get("progress", {}),
+            step_info=data.get("step_info", {}),
         )
 
 
@@ -321,6 +343,36 @@ def _read_progress(
     return MappingProxyType(progress)
 
 
+def _read_step_info(
+    value: object, version: int, outputs: Mapping[str, Any], progress: Mapping[str, Any]
+) -> MappingProxyType[str, Mapping[str, Any]]:
+    raw = _read_dict(value, "step_info")
+    if raw and version < 2:  # noqa: PLR2004 - the version that introduced it
+        msg = f"checkpoint field 'step_info' needs format version 2, got version {version}"
+        raise CheckpointFormatError(msg, path="step_info")
+    missing = sorted(set(outputs) - set(raw))
+    extra = sorted(set(raw) - set(outputs) - set(progress))
+    if raw and (missing or extra):
+        msg = (
+            f"checkpoint field 'step_info' must describe the recorded steps and the steps "
+            f"with progress; missing {missing!r}, neither recorded nor in progress {extra!r}"
+        )
+        raise CheckpointFormatError(msg, path="step_info")
+    info: dict[str, Mapping[str, Any]] = {}
+    for name, entry in raw.items():
+        where = f"step_info.{name}"
+        fields = _read_dict(entry, where)
+        _check_keys(fields, _STEP_INFO_KEYS, where=f"{where}.")
+        step_version = fields["version"]
+        if step_version is not None and (type(step_version) is not str or not step_version):
+            _fail(f"{where}.version", "a non-empty str or None", step_version)
+        deps = fields["depends_on"]
+        if not isinstance(deps, (list, tuple)) or not all(type(d) is str and d for d in deps):
+            _fail(f"{where}.depends_on", "a list of step names", deps)
+        info[name] = MappingProxyType({"version": step_version, "depends_on": tuple(deps)})
+    return MappingProxyType(info)
+
+
 def _read_context_keys(value: object) -> tuple[str, ...]:
     if not isinstance(value, (list, tuple)):
         _fail("context_keys", "a list of str", value)
@@ -339,6 +391,5 @@ def trusted_checkpoint(**fields: Any) -> WorkflowCheckpoint:
     O(workflow size); the runner's values are correct by construction.
     """
     checkpoint = object.__new__(WorkflowCheckpoint)
-    for name, value in fields.items():
-        object.__setattr__(checkpoint, name, value)
+    checkpoint.__dict__.update(fields)
     return checkpoint

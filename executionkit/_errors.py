@@ -52,10 +52,11 @@ class CheckpointFormatError(ExecutionKitError, ValueError):
 class CheckpointValueError(ExecutionKitError, ValueError):
     """A value bound for a checkpoint is not plain data.
 
-    Raised by `StepContext.save_progress` when the progress value would not
-    survive a JSON round trip equal: only dicts with str keys, lists, str, int,
-    finite floats, bool and None are allowed. The message names the step and
-    the path inside the value, such as ``['items'][3]['value']``.
+    Raised by `StepContext.save_progress`, and for a step's output when the run
+    has ``validate_json=True`` (the step then fails with it), when the value
+    would not survive a JSON round trip equal: only dicts with str keys, lists,
+    str, int, finite floats, bool and None are allowed. The message names the
+    step and the path inside the value, such as ``['items'][3]['value']``.
 
     Attributes:
         path: The path inside the value, ``""`` for the value itself.
@@ -117,8 +118,10 @@ class CheckpointMismatchError(RunArgumentError):
     """The ``resume_from`` checkpoint does not belong to this workflow or run.
 
     Raised before any step runs, when the checkpoint records steps the
-    workflow does not have, was taken with ``initial_context`` keys that are
-    missing now, or carries a different ``run_id`` than the one passed.
+    workflow does not have (unless ``unknown_steps="discard"``), was taken with
+    ``initial_context`` keys that are missing now, carries a different
+    ``run_id`` than the one passed, or holds an output its step's ``decode``
+    cannot read.
     """
 
 

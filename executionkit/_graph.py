@@ -7,13 +7,14 @@ can be tested with tables. The runner only asks "what may start now?" and says
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 from executionkit._errors import WorkflowDefinitionError
 from executionkit._step import Step
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
 
 
 class Graph:
@@ -23,7 +24,7 @@ class Graph:
     names, unknown dependencies and cycles.
     """
 
-    __slots__ = ("dependencies", "dependents", "index", "names", "steps")
+    __slots__ = ("dependencies", "dependents", "index", "names", "step_info", "steps")
 
     def __init__(self, steps: Iterable[Step]) -> None:
         """Index ``steps`` and validate the graph they form."""
@@ -45,6 +46,11 @@ class Graph:
                 dependents[dep].append(position)
         self.dependents: tuple[tuple[int, ...], ...] = tuple(map(tuple, dependents))
         self._check_acyclic()
+        # What checkpoints record about each step, built once and shared by all of them.
+        self.step_info: dict[str, Mapping[str, Any]] = {
+            step.name: MappingProxyType({"version": step.version, "depends_on": step.depends_on})
+            for step in self.steps
+        }
 
     def __len__(self) -> int:
         """Return the number of steps."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -20,6 +21,11 @@ class WorkflowResult:
         run_id: The run's identifier (kept across resumes).
         executed: Steps that ran in this call, in the order they were recorded.
         skipped: Steps restored from ``resume_from`` and not run, in declaration order.
+        invalidated: Steps the checkpoint recorded but that ran again, each with
+            the reason: a changed `Step.version` or dependencies, ``rerun``, or
+            depending on such a step. Their earlier token usage stays counted.
+        discarded: Recorded steps the workflow does not have, dropped because
+            ``unknown_steps="discard"`` was passed.
     """
 
     outputs: MappingProxyType[str, Any]
@@ -27,3 +33,5 @@ class WorkflowResult:
     run_id: str = ""
     executed: tuple[str, ...] = ()
     skipped: tuple[str, ...] = ()
+    invalidated: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    discarded: tuple[str, ...] = ()

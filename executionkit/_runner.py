@@ -13,56 +13,37 @@ import asyncio
 import contextvars
 import inspect
 import os
-from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from functools import partial
-from types import MappingProxyType
-from typing import Any, Literal, TypeAlias
+from types import CoroutineType, MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 from executionkit._checkpoint import (
     FORMAT_VERSION,
-    LEGACY_VERSION,
     WorkflowCheckpoint,
     trusted_checkpoint,
 )
 from executionkit._context import ContextView
 from executionkit._errors import (
     BudgetExceeded,
-    CheckpointMismatchError,
-    RunArgumentError,
     WorkflowFailed,
 )
 from executionkit._graph import Frontier, Graph
 from executionkit._plain import plain_copy
 from executionkit._result import WorkflowResult
-from executionkit._step import retry_wait
+from executionkit._resume import Restored, restore
+from executionkit._snapshot import OutputLog
+from executionkit._step import is_async_callable, retry_wait
 from executionkit._step_context import CURRENT_STEP, StepContext
 from executionkit._types import PatternResult, TokenUsage
 
-CheckpointFn: TypeAlias = Callable[[WorkflowCheckpoint], object]
-"""Receives each checkpoint; may return an awaitable, which is awaited before anything else."""
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
-OnError: TypeAlias = Literal["finish", "cancel", "continue"]
-"""What a run does when a step fails; see `Workflow.run`."""
+    from executionkit._options import CheckpointFn, RunOptions
+    from executionkit._step import Step
 
-_ON_ERROR = ("finish", "cancel", "continue")
-
-
-def _names(names: list[str] | tuple[str, ...]) -> str:
-    return ", ".join(repr(name) for name in names)
-
-
-def _check_str_keys(value: object, argument: str) -> dict[str, Any]:
-    if not isinstance(value, Mapping):
-        msg = f"{argument} must be a mapping with str keys, got {type(value).__name__}"
-        raise RunArgumentError(msg)
-    result: dict[str, Any] = {}
-    for key, item in value.items():
-        if not isinstance(key, str):
-            msg = f"{argument} keys must be str, got {type(key).__name__} {key!r}"
-            raise RunArgumentError(msg)
-        result[key] = item
-    return result
+_EMPTY: MappingProxyType[str, Any] = MappingProxyType({})
 
 
 def _reached(usage: TokenUsage, budget: TokenUsage | None) -> bool:
@@ -83,6 +64,15 @@ def _retrieve(future: asyncio.Future[None]) -> None:
     # keeps asyncio from logging "exception was never retrieved" for it.
     if not future.cancelled():
         future.exception()
+
+
+def _call_as(current: StepContext, run: Any, view: ContextView) -> Any:
+    CURRENT_STEP.set(current)  # inside a copied context: undone when the copy is dropped
+    return run(view)
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
 
 
 class _Abort:
@@ -116,130 +106,74 @@ async def _wait_through(future: asyncio.Future[Any]) -> bool:
 class Run:
     """The state of one call of `Workflow.run`, validated before any step starts."""
 
-    def __init__(
-        self,
-        graph: Graph,
-        initial_context: Mapping[str, Any] | None,
-        *,
-        checkpoint_fn: CheckpointFn | None,
-        resume_from: WorkflowCheckpoint | None,
-        run_id: str | None,
-        metadata: Mapping[str, Any] | None,
-        on_error: OnError,
-        budget: TokenUsage | None,
-    ) -> None:
-        """Validate the arguments against ``graph`` and restore ``resume_from``."""
+    def __init__(self, graph: Graph, options: RunOptions) -> None:
+        """Restore ``options.resume_from`` (checked against ``graph``) and get ready."""
         self._graph = graph
-        context = (
-            {} if initial_context is None else _check_str_keys(initial_context, "initial_context")
-        )
-        colliding = [name for name in graph.names if name in context]
-        if colliding:
-            msg = (
-                f"initial_context keys collide with step names: {_names(colliding)}; "
-                f"a step's output and a context value cannot share a ctx key, so rename them"
+        self._budget = options.budget
+        self._on_error = options.on_error
+        self._validate_json = options.validate_json
+        self._checkpoint_fn = options.checkpoint_fn
+        context = options.context
+        if options.resume_from is None:
+            state = Restored(
+                {}, {}, {}, TokenUsage(), 0, options.run_id, options.metadata or _EMPTY
             )
-            raise RunArgumentError(msg)
-        fn: object = checkpoint_fn
-        if fn is not None and not callable(fn):
-            msg = f"checkpoint_fn must be callable or None, got {type(checkpoint_fn).__name__}"
-            raise RunArgumentError(msg)
-        given_id: object = run_id
-        if given_id is not None and (not isinstance(given_id, str) or not given_id):
-            msg = f"run_id must be a non-empty str or None, got {type(run_id).__name__} {run_id!r}"
-            raise RunArgumentError(msg)
-        if on_error not in _ON_ERROR:
-            msg = f"on_error must be one of 'finish', 'cancel', 'continue', got {on_error!r}"
-            raise RunArgumentError(msg)
-        self._budget = _check_budget(budget)
-        self._on_error = on_error
-        self._checkpoint_fn = checkpoint_fn
-        self._outputs: dict[str, Any] = {}
-        self._progress: dict[str, Any] = {}
-        self._cost = TokenUsage()
-        self._seq = 0
+        else:
+            state = restore(
+                graph,
+                options.resume_from,
+                context,
+                run_id=options.run_id,
+                metadata=options.metadata,
+                rerun=options.rerun,
+                unknown_steps=options.unknown_steps,
+            )
+        # Live outputs feed ctx and the result; stored forms (after Step.encode) feed
+        # checkpoints. Without codecs both hold the same objects.
+        self._outputs = state.outputs
+        self._log = OutputLog(state.stored)
+        self._snapshot_length = len(self._log)
+        self._reported: set[str] = set()
+        self._progress = state.progress
+        self._cost = state.cost
+        self._seq = state.seq
+        self._metadata = state.metadata
+        self._invalidated = MappingProxyType(state.invalidated)
+        self._discarded = state.discarded
+        run_id = state.run_id
         self._executed: list[str] = []
-        self._metadata: Mapping[str, Any] = MappingProxyType(
-            {} if metadata is None else _check_str_keys(metadata, "metadata")
-        )
-        if resume_from is not None:
-            run_id = self._restore(resume_from, context, run_id, has_metadata=metadata is not None)
         self._context = context
         self._context_keys = tuple(sorted(context))
         self._run_id = run_id if run_id is not None else os.urandom(16).hex()
         self._skipped = tuple(name for name in graph.names if name in self._outputs)
         self._frontier = Frontier(graph, {graph.index[name] for name in self._outputs})
-        self._last: WorkflowCheckpoint | None = resume_from
+        self._last: WorkflowCheckpoint | None = options.resume_from
         # Failures of this run, by position; they stay in every later checkpoint's `errors`.
         self._failures: dict[int, Exception] = {}
         self._interrupt: BaseException | None = None
-        # Outputs of the running batch that landed, merged in declaration order at its end.
-        self._landed: dict[int, Any] = {}
+        # Outputs of the running batch that landed, merged in declaration order at its end:
+        # position -> (live output, stored form).
+        self._landed: dict[int, tuple[Any, Any]] = {}
         self._tasks: dict[int, asyncio.Task[Any]] = {}
+        self._pending = 0
+        self._batch_done: asyncio.Future[None] | None = None
         self._cancelling = False
+        # Plain-function steps without retries run inline, without a task of their own.
+        self._inline = frozenset(
+            position
+            for position, step in enumerate(graph.steps)
+            if step.retries == 0 and not is_async_callable(step.run)
+        )
         # Checkpoint bookkeeping: every recorded change bumps `_changes`; a checkpoint
         # covers everything up to the `_changes` it saw.
         self._changes = 0
         self._saved = 0
-        self._lock = asyncio.Lock()
+        self._writing = False
+        self._turns: list[asyncio.Future[None]] = []
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._saver: asyncio.Task[None] | None = None
         self._storage_error: Exception | None = None
         self._caller_context = contextvars.copy_context()
-
-    def _restore(
-        self,
-        checkpoint: WorkflowCheckpoint,
-        context: dict[str, Any],
-        run_id: str | None,
-        *,
-        has_metadata: bool,
-    ) -> str | None:
-        given: object = checkpoint
-        if not isinstance(given, WorkflowCheckpoint):
-            msg = (
-                f"resume_from must be a WorkflowCheckpoint, got {type(given).__name__}; "
-                f"load saved data with WorkflowCheckpoint.from_dict(data)"
-            )
-            raise RunArgumentError(msg)
-        index = self._graph.index
-        unknown = [name for name in checkpoint.outputs if name not in index]
-        if checkpoint.version == LEGACY_VERSION:
-            # ExecutionKit 0.4 kept the initial context inside `outputs`. Those values
-            # are what 0.4 would have resumed with, so they fill in any key the caller
-            # did not pass again.
-            for key in unknown:
-                context.setdefault(key, checkpoint.outputs[key])
-        elif unknown:
-            msg = (
-                f"checkpoint records outputs of steps this workflow does not have: "
-                f"{_names(unknown)} (a checkpoint of another workflow, or renamed steps)"
-            )
-            raise CheckpointMismatchError(msg)
-        missing = [key for key in checkpoint.context_keys if key not in context]
-        if missing:
-            msg = (
-                f"initial_context lacks keys the checkpoint was run with: {_names(missing)}; "
-                f"checkpoints never store context values, so pass them again"
-            )
-            raise CheckpointMismatchError(msg)
-        if run_id is not None and checkpoint.run_id is not None and run_id != checkpoint.run_id:
-            msg = (
-                f"run_id {run_id!r} does not match the checkpoint's run_id "
-                f"{checkpoint.run_id!r}; omit run_id to continue the checkpoint's run"
-            )
-            raise CheckpointMismatchError(msg)
-        self._outputs = {
-            name: checkpoint.outputs[name] for name in checkpoint.outputs if name in index
-        }
-        self._progress = {
-            name: value for name, value in checkpoint.progress.items() if name in index
-        }
-        self._cost = checkpoint.cost
-        self._seq = checkpoint.seq
-        if not has_metadata:
-            self._metadata = checkpoint.metadata
-        return run_id if run_id is not None else checkpoint.run_id
 
     # --- the loop -------------------------------------------------------------------------
 
@@ -258,6 +192,8 @@ class Run:
             run_id=self._run_id,
             executed=tuple(self._executed),
             skipped=self._skipped,
+            invalidated=self._invalidated,
+            discarded=self._discarded,
         )
 
     async def _run_batches(self) -> None:
@@ -277,82 +213,193 @@ class Run:
 
     async def _run_batch(self, batch: list[int]) -> list[int]:
         """Run ``batch`` concurrently until every step has finished; return what completed."""
+        self._pending = 0
+        self._batch_done = None
         loop = asyncio.get_running_loop()
-        finished: asyncio.Future[None] = loop.create_future()
-        remaining = len(batch)
-
-        def on_done(position: int, task: asyncio.Task[Any]) -> None:
-            nonlocal remaining
-            self._land(position, task)
-            remaining -= 1
-            if remaining == 0:
-                finished.set_result(None)
-
+        if len(batch) == 1 and batch[0] not in self._inline:
+            await self._run_lone(batch[0], loop)
+            return self._merge_landed()
         for position in batch:
+            if self._interrupt is not None or (self._cancelling and self._on_error == "cancel"):
+                break  # a plain step before this one stopped the batch
+            # Only while no task was created: steps keep starting in declaration order.
+            if not self._pending and position in self._inline:
+                self._run_inline(position)
+                continue
             task = loop.create_task(self._execute(position))
-            task.add_done_callback(partial(on_done, position))
+            task.add_done_callback(partial(self._on_task_done, position))
             self._tasks[position] = task
-        try:
-            await asyncio.shield(finished)
-        except asyncio.CancelledError as exc:
-            # run() itself was cancelled (or Ctrl-C reached run_sync): stop the batch,
-            # keep everything that finished, and let the cancellation out afterwards.
-            self._interrupt = self._interrupt or exc
-            self._cancel_running()
-            # Cancelled again while the steps wind down: the interrupt is already on record.
-            await _wait_through(finished)
+            self._pending += 1
+        if self._pending:
+            self._batch_done = loop.create_future()
+            try:
+                await self._batch_done
+            except asyncio.CancelledError as exc:
+                # run() itself was cancelled (or Ctrl-C reached run_sync): stop the batch,
+                # keep everything that finished, and let the cancellation out afterwards.
+                self._interrupt = self._interrupt or exc
+                self._cancel_running()
+                if self._pending:
+                    self._batch_done = loop.create_future()
+                    # Cancelled again while the steps wind down: already on record.
+                    await _wait_through(self._batch_done)
         self._tasks.clear()
         self._cancelling = False
+        return self._merge_landed()
+
+    async def _run_lone(self, position: int, loop: asyncio.AbstractEventLoop) -> None:
+        """Run a batch of one async step by awaiting its task directly.
+
+        Awaiting the task wakes this one in the same loop iteration that the step
+        finishes in; a done-callback setting a future would cost one more.
+        """
+        task = loop.create_task(self._execute(position))
+        self._tasks[position] = task
+        try:
+            await task
+        except asyncio.CancelledError as exc:
+            this = asyncio.current_task()
+            if this is not None and this.cancelling():  # run() itself was cancelled
+                self._interrupt = self._interrupt or exc
+                self._cancel_running()
+                await _wait_through(task)
+        except BaseException:  # noqa: BLE001, S110 - the step's outcome is read from the task
+            pass
+        self._tasks.clear()
+        self._land(position, task)
+        self._cancelling = False
+
+    def _merge_landed(self) -> list[int]:
         completed = sorted(self._landed)
+        names = self._graph.names
         for position in completed:
-            name = self._graph.names[position]
-            self._outputs[name] = self._landed[position]
+            name = names[position]
+            live, stored = self._landed[position]
+            self._outputs[name] = live
+            self._log.append(name, stored)
             self._executed.append(name)
         self._landed.clear()
         return completed
 
+    def _on_task_done(self, position: int, task: asyncio.Task[Any]) -> None:
+        self._land(position, task)
+        self._pending -= 1
+        done = self._batch_done
+        if self._pending == 0 and done is not None and not done.done():
+            done.set_result(None)
+
+    def _run_inline(self, position: int) -> None:
+        """Call a plain-function step right here: no task, same outcome as one.
+
+        A plain function runs inline on the loop thread whether or not it has a
+        task of its own, so a task would only add overhead. It runs in a copy of
+        the run's context, so context variables it sets stay its own.
+        """
+        step = self._graph.steps[position]
+        view = ContextView(self._graph, position, self._context, self._outputs)
+        current = StepContext(self, step.name, self._run_id, 1, 1)
+        try:
+            result = self._caller_context.copy().run(_call_as, current, step.run, view)
+        except (KeyboardInterrupt, SystemExit) as exc:
+            self._landed_result(position, _Abort(exc))
+            return
+        except Exception as exc:  # noqa: BLE001 - a step's failure is data here
+            self._landed_error(position, exc)
+            return
+        if inspect.isawaitable(result):
+            # A plain function that returned an awaitable: await it in a task after all.
+            task = asyncio.get_running_loop().create_task(_awaited(result))
+            task.add_done_callback(partial(self._on_task_done, position))
+            self._tasks[position] = task
+            self._pending += 1
+            return
+        self._landed_result(position, result)
+
     def _land(self, position: int, task: asyncio.Task[Any]) -> None:
         """Record how one step's task ended (a done-callback, so it runs in completion order)."""
-        name = self._graph.names[position]
         if task.cancelled():
             if not self._cancelling:  # the step cancelled itself: an interrupt, not a failure
+                name = self._graph.names[position]
                 self._interrupt = self._interrupt or asyncio.CancelledError(
                     f"step {name!r} was cancelled"
                 )
                 self._cancel_running()
             return
         error = task.exception()
-        if error is not None and not isinstance(error, Exception):
+        if error is None:
+            self._landed_result(position, task.result())
+        elif isinstance(error, Exception):
+            self._landed_error(position, error)
+        else:
             self._interrupt = self._interrupt or error  # an exotic BaseException
             self._cancel_running()
-            return
-        if error is not None:
-            self._failures[position] = error
-            self._changes += 1
-            if self._on_error == "cancel":
-                self._cancel_running()
-            return
-        result = task.result()
+
+    def _landed_error(self, position: int, error: Exception) -> None:
+        self._failures[position] = error
+        self._changes += 1
+        if self._on_error == "cancel":
+            self._cancel_running()
+
+    def _landed_result(self, position: int, result: Any) -> None:
         if isinstance(result, _Abort):
             self._interrupt = self._interrupt or result.error
             self._cancel_running()
             return
         if isinstance(result, PatternResult):
-            self._cost += result.cost
+            self._cost += result.cost  # spent, whether or not the output can be recorded
             result = result.value
-        self._landed[position] = result
-        self._progress.pop(name, None)
+        try:
+            stored = self._storable(position, result)
+        except Exception as exc:  # noqa: BLE001 - an unrecordable output fails its step
+            self._landed_error(position, exc)
+            return
+        self._landed[position] = (result, stored)
+        if self._progress:
+            self._progress.pop(self._graph.names[position], None)
         self._changes += 1
+
+    def _storable(self, position: int, output: Any) -> Any:
+        """The form of ``output`` that goes into checkpoints, checked if asked to."""
+        step = self._graph.steps[position]
+        stored = output
+        if step.encode is not None:
+            try:
+                stored = step.encode(output)
+            except Exception as exc:
+                exc.add_note(f"executionkit: encode of step {step.name!r} failed")
+                raise
+        if self._validate_json:
+            # The checked copy is what gets recorded: later changes to the live object
+            # (a dependent step mutating its ctx value) cannot reach a checkpoint.
+            stored = plain_copy(stored, f"output of step {step.name!r}")
+        return stored
 
     def _cancel_running(self) -> None:
         self._cancelling = True
         for task in self._tasks.values():
-            task.cancel()
+            if not task.done():
+                task.cancel()
 
     async def _execute(self, position: int) -> Any:
         """Run one step in its own task: attempts, timeout, retries and its StepContext."""
         step = self._graph.steps[position]
         view = ContextView(self._graph, position, self._context, self._outputs)
+        if step.retries == 0 and step.timeout is None:
+            # The common case, kept lean: one attempt, nothing to time.
+            token = CURRENT_STEP.set(StepContext(self, step.name, self._run_id, 1, 1))
+            try:
+                result = step.run(view)
+                if type(result) is CoroutineType or inspect.isawaitable(result):
+                    result = await result
+            except (KeyboardInterrupt, SystemExit) as exc:
+                return _Abort(exc)
+            finally:
+                CURRENT_STEP.reset(token)
+            return result
+        return await self._execute_attempts(step, view)
+
+    async def _execute_attempts(self, step: Step, view: ContextView) -> Any:
+        """The general case: a timeout per attempt, and retries with backoff."""
         attempt = 1
         while True:
             token = CURRENT_STEP.set(
@@ -409,33 +456,47 @@ class Run:
         """
         if self._checkpoint_fn is None:
             return  # nothing to hand over; _latest() builds one if the run ends early
+        # A mutex without an await on the free path: checkpoints are taken after every
+        # batch, and asyncio.Lock would cost a coroutine each time.
+        while self._writing:
+            turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._turns.append(turn)
+            await turn
+        self._writing = True
+        try:
+            await self._checkpoint_now(self._checkpoint_fn)
+        finally:
+            self._writing = False
+            if self._turns:
+                turn = self._turns.pop(0)
+                if not turn.done():
+                    turn.set_result(None)
+
+    async def _checkpoint_now(self, checkpoint_fn: CheckpointFn) -> None:
         if self._storage_error is not None:
             raise self._storage_error
-        async with self._lock:
-            if self._storage_error is not None:
-                raise self._storage_error
-            if self._changes == self._saved:
-                return
-            covered = self._changes
-            checkpoint = self._snapshot()
-            cancelled = False
-            try:
-                pending = self._checkpoint_fn(checkpoint)
-                if inspect.isawaitable(pending):
-                    write = asyncio.ensure_future(pending)
-                    cancelled = await _wait_through(write)
-                    write.result()
-            except Exception as exc:
-                self._annotate_storage_error(exc, checkpoint)
-                self._storage_error = exc
-                self._resolve_waiters(exc)
-                if cancelled:
-                    raise asyncio.CancelledError from exc
-                raise
-            self._saved = covered
-            self._resolve_waiters(None)
+        if self._changes == self._saved:
+            return
+        covered = self._changes
+        checkpoint = self._snapshot()
+        cancelled = False
+        try:
+            pending = checkpoint_fn(checkpoint)
+            if inspect.isawaitable(pending):
+                write = asyncio.ensure_future(pending)
+                cancelled = await _wait_through(write)
+                write.result()
+        except Exception as exc:
+            self._annotate_storage_error(exc, checkpoint)
+            self._storage_error = exc
+            self._resolve_waiters(exc)
             if cancelled:
-                raise asyncio.CancelledError
+                raise asyncio.CancelledError from exc
+            raise
+        self._saved = covered
+        self._resolve_waiters(None)
+        if cancelled:
+            raise asyncio.CancelledError
 
     def _annotate_storage_error(self, exc: Exception, checkpoint: WorkflowCheckpoint) -> None:
         exc.add_note(
@@ -451,25 +512,54 @@ class Run:
 
     def _snapshot(self) -> WorkflowCheckpoint:
         self._seq += 1
-        names = self._graph.names
-        outputs = dict(self._outputs)
-        for position in sorted(self._landed):  # a mid-batch checkpoint (progress)
-            outputs[names[position]] = self._landed[position]
-        errors = {
-            names[p]: f"{type(exc).__name__}: {exc}" for p, exc in sorted(self._failures.items())
-        }
+        log = self._log
+        if self._landed:
+            # Mid-batch (a step saved progress): outputs that landed in this batch are
+            # not in the log yet, so this rare checkpoint gets a copy.
+            names = self._graph.names
+            landed = sorted(self._landed)
+            copied = dict(log.outputs(len(log)))
+            copied.update((names[p], self._landed[p][1]) for p in landed)
+            info = self._graph.step_info
+            outputs: Mapping[str, Any] = MappingProxyType(copied)
+            described = {**copied, **self._progress}
+            step_info: Mapping[str, Any] = MappingProxyType({n: info[n] for n in described})
+            new = tuple(names[p] for p in landed if names[p] not in self._reported)
+            self._reported.update(new)
+        else:
+            length = len(log)
+            outputs = log.outputs(length)
+            step_info = log.info(length, self._graph.step_info)
+            if self._progress:  # rare: steps holding progress are described too
+                info = self._graph.step_info
+                step_info = MappingProxyType(
+                    {**step_info, **{name: info[name] for name in self._progress}}
+                )
+            new = tuple(log.names[self._snapshot_length : length])
+            if self._reported:  # already announced by a mid-batch checkpoint
+                new = tuple(name for name in new if name not in self._reported)
+                self._reported.clear()
+        self._snapshot_length = len(log)
+        errors: Mapping[str, str] = _EMPTY
+        if self._failures:
+            names = self._graph.names
+            errors = MappingProxyType(
+                {names[p]: f"{type(e).__name__}: {e}" for p, e in sorted(self._failures.items())}
+            )
         checkpoint = trusted_checkpoint(
             step_index=len(outputs),
-            outputs=MappingProxyType(outputs),
+            outputs=outputs,
             cost=self._cost,
             version=FORMAT_VERSION,
             run_id=self._run_id,
             seq=self._seq,
             context_keys=self._context_keys,
-            errors=MappingProxyType(errors),
+            errors=errors,
             created_at=datetime.now(UTC).isoformat(),
             metadata=self._metadata,
-            progress=MappingProxyType(dict(self._progress)),
+            progress=MappingProxyType(dict(self._progress)) if self._progress else _EMPTY,
+            step_info=step_info,
+            new_outputs=new,
         )
         self._last = checkpoint
         return checkpoint
@@ -572,18 +662,6 @@ async def _with_timeout(awaitable: Any, name: str, attempt: int, seconds: float)
             raise  # the step's own TimeoutError, not ours
         msg = f"step {name!r} attempt {attempt} timed out after {seconds:g} s"
         raise TimeoutError(msg) from None
-
-
-def _check_budget(budget: object) -> TokenUsage | None:
-    if budget is None:
-        return None
-    if not isinstance(budget, TokenUsage):
-        msg = f"budget must be a TokenUsage or None, got {type(budget).__name__} {budget!r}"
-        raise RunArgumentError(msg)
-    if min(budget.input_tokens, budget.output_tokens, budget.llm_calls) < 0:
-        msg = f"budget fields must be non-negative (0 means no limit), got {budget!r}"
-        raise RunArgumentError(msg)
-    return budget
 
 
 def _jitter_draw() -> float:

@@ -56,6 +56,15 @@ class Step:
             async ``run``: a plain function called inline cannot be interrupted,
             so that combination is refused (hand blocking work to a thread with
             ``await asyncio.to_thread(...)`` inside an async step instead).
+        version: An optional label of the step's behaviour (a prompt revision,
+            a model name). Checkpoints record it; on resume a recorded output
+            whose version differs is not trusted: the step and everything that
+            depends on it run again.
+        encode: Turns the step's output into plain data for the checkpoint
+            (for dataclasses, pydantic models, datetimes). Within the run,
+            ``ctx`` and the result keep the original object.
+        decode: Turns the recorded form back into the output on resume. Give
+            both or neither.
 
     Raises:
         WorkflowDefinitionError: If ``name`` is not a non-empty string, ``run``
@@ -76,6 +85,9 @@ class Step:
     retry_max_delay: float = 60.0
     retry_jitter: float = 0.5
     timeout: float | None = None
+    version: str | None = None
+    encode: Callable[[Any], Any] | None = None
+    decode: Callable[[Any], Any] | None = None
 
     def __post_init__(self) -> None:
         """Validate and normalise the fields, naming the step in every error."""
@@ -101,6 +113,7 @@ class Step:
         if not isinstance(metadata, MappingProxyType):
             object.__setattr__(self, "metadata", MappingProxyType(dict(metadata)))
         _check_retry_settings(self)
+        _check_resume_settings(self)
 
     def __repr__(self) -> str:
         """Show the name, callable, dependencies, metadata and any non-default setting."""
@@ -126,6 +139,9 @@ _SETTING_DEFAULTS = (
     ("retry_max_delay", 60.0),
     ("retry_jitter", 0.5),
     ("timeout", None),
+    ("version", None),
+    ("encode", None),
+    ("decode", None),
 )
 
 
@@ -148,11 +164,32 @@ def _check_retry_settings(step: Step) -> None:
     if _check_number(name, "timeout", timeout, 0.0) == 0:
         msg = f"step {name!r}: timeout must be a positive number of seconds or None, got 0"
         raise WorkflowDefinitionError(msg)
-    if not _is_async_callable(step.run):
+    if not is_async_callable(step.run):
         msg = (
             f"step {name!r}: timeout needs an async run function; a plain function runs "
             f"inline and cannot be interrupted. Make it 'async def' and hand blocking work "
             f"to a thread with 'await asyncio.to_thread(...)'"
+        )
+        raise WorkflowDefinitionError(msg)
+
+
+def _check_resume_settings(step: Step) -> None:
+    name = step.name
+    version: object = step.version
+    if version is not None and (not isinstance(version, str) or not version):
+        msg = f"step {name!r}: version must be a non-empty str or None, got {version!r}"
+        raise WorkflowDefinitionError(msg)
+    encode: object = step.encode
+    decode: object = step.decode
+    for setting, value in (("encode", encode), ("decode", decode)):
+        if value is not None and not callable(value):
+            msg = f"step {name!r}: {setting} must be callable or None, got {value!r}"
+            raise WorkflowDefinitionError(msg)
+    if (encode is None) != (decode is None):
+        given, missing = ("encode", "decode") if decode is None else ("decode", "encode")
+        msg = (
+            f"step {name!r}: {given} needs a matching {missing}, so that recorded outputs "
+            f"can be turned back into what the step returned"
         )
         raise WorkflowDefinitionError(msg)
 
@@ -181,7 +218,7 @@ def _normalise_retry_on(name: str, retry_on: object) -> tuple[type[Exception], .
     return types
 
 
-def _is_async_callable(run: object) -> bool:
+def is_async_callable(run: object) -> bool:
     # inspect looks through functools.partial; objects need their __call__ checked.
     return inspect.iscoroutinefunction(run) or inspect.iscoroutinefunction(
         getattr(run, "__call__", None)  # noqa: B004 - we want the method, not callable()

@@ -6,10 +6,11 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from executionkit._graph import Graph
-from executionkit._runner import CheckpointFn, OnError, Run
+from executionkit._options import CheckpointFn, OnError, RunOptions, UnknownSteps
+from executionkit._runner import Run
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Collection, Iterable, Mapping
 
     from executionkit._checkpoint import WorkflowCheckpoint
     from executionkit._result import WorkflowResult
@@ -58,6 +59,9 @@ class Workflow:
         metadata: Mapping[str, Any] | None = None,
         on_error: OnError = "finish",
         budget: TokenUsage | None = None,
+        rerun: Collection[str] | None = None,
+        unknown_steps: UnknownSteps = "error",
+        validate_json: bool = False,
     ) -> WorkflowResult:
         """Run every step not yet recorded, checkpointing after each batch.
 
@@ -90,6 +94,18 @@ class Workflow:
                 total reaches one, no new step starts; running steps finish and
                 are recorded, a checkpoint is taken and `BudgetExceeded` is
                 raised. Resume with a larger budget to continue.
+            rerun: Step names to run again although ``resume_from`` records
+                them (after a prompt change without a version bump, or a bad
+                output), together with everything that depends on them.
+            unknown_steps: What to do when ``resume_from`` records steps this
+                workflow does not have (renamed or removed steps): ``"error"``
+                (default) raises `CheckpointMismatchError`; ``"discard"`` drops
+                them and lists them in `WorkflowResult.discarded`.
+            validate_json: Check each output as it is recorded (after
+                `Step.encode`): it must survive a JSON round trip equal. A
+                violation fails its step with `CheckpointValueError` naming the
+                step and the path inside the output; everything recorded before
+                is checkpointed as with any failure.
 
         Returns:
             The outputs of every step and the total token usage.
@@ -98,8 +114,9 @@ class Workflow:
             RunArgumentError: Before any step runs, if ``initial_context`` keys
                 collide with step names or an argument has the wrong type.
             CheckpointMismatchError: Before any step runs, if ``resume_from``
-                records steps this workflow lacks, needs ``initial_context``
-                keys that are missing, or has a different ``run_id``.
+                records steps this workflow lacks (unless discarded), needs
+                ``initial_context`` keys that are missing, has a different
+                ``run_id``, or a recorded output fails its step's ``decode``.
             WorkflowFailed: If steps raised (after their retries). Everything
                 that completed was checkpointed first, with ``errors``.
             BudgetExceeded: If ``budget`` was reached with steps left to run.
@@ -111,7 +128,7 @@ class Workflow:
             Exception: Whatever ``checkpoint_fn`` raised, with a note naming
                 the checkpoint; no further step was started.
         """
-        prepared = Run(
+        options = RunOptions.check(
             self._graph,
             initial_context,
             checkpoint_fn=checkpoint_fn,
@@ -120,8 +137,11 @@ class Workflow:
             metadata=metadata,
             on_error=on_error,
             budget=budget,
+            rerun=rerun,
+            unknown_steps=unknown_steps,
+            validate_json=validate_json,
         )
-        return await prepared.execute()
+        return await Run(self._graph, options).execute()
 
     def run_sync(
         self,
@@ -133,6 +153,9 @@ class Workflow:
         metadata: Mapping[str, Any] | None = None,
         on_error: OnError = "finish",
         budget: TokenUsage | None = None,
+        rerun: Collection[str] | None = None,
+        unknown_steps: UnknownSteps = "error",
+        validate_json: bool = False,
     ) -> WorkflowResult:
         """Run the workflow from synchronous code; see `run` for the arguments.
 
@@ -164,5 +187,8 @@ class Workflow:
                 metadata=metadata,
                 on_error=on_error,
                 budget=budget,
+                rerun=rerun,
+                unknown_steps=unknown_steps,
+                validate_json=validate_json,
             )
         )

@@ -7,8 +7,8 @@ keeps working; new code can import the same objects from ``executionkit``.
 from __future__ import annotations
 
 from executionkit._checkpoint import WorkflowCheckpoint
+from executionkit._options import CheckpointFn
 from executionkit._result import WorkflowResult
-from executionkit._runner import CheckpointFn
 from executionkit._step import Step, StepFn
 from executionkit._workflow import Workflow
 

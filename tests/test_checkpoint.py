@@ -35,7 +35,7 @@ V1_KEYS = (
     "errors",
     "metadata",
 )
-TOP_KEYS = (*V1_KEYS, "progress")
+TOP_KEYS = (*V1_KEYS, "progress", "step_info")
 COST_KEYS = ("input_tokens", "output_tokens", "llm_calls")
 COST = {"input_tokens": 10, "output_tokens": 20, "llm_calls": 2}
 
@@ -54,6 +54,10 @@ def _valid() -> dict[str, Any]:
         "errors": {},
         "metadata": {"job": "j1"},
         "progress": {"c": {"done": 3}},
+        "step_info": {
+            "a": {"version": None, "depends_on": []},
+            "b": {"version": "2", "depends_on": ["a"]},
+        },
     }
 
 
@@ -316,6 +320,7 @@ def test_to_dict_of_defaults_is_exact() -> None:
         "errors": {},
         "metadata": {},
         "progress": {},
+        "step_info": {},
     }
 
 
@@ -730,7 +735,8 @@ VALIDATION_CASES: list[tuple[str, object, str, str]] = [
         "current-without-version",
         _without("version"),
         LEGACY_EXTRA_MESSAGE
-        + "'context_keys', 'created_at', 'errors', 'metadata', 'progress', 'run_id', 'seq')",
+        + "'context_keys', 'created_at', 'errors', 'metadata', 'progress', 'run_id', 'seq', "
+        + "'step_info')",
         "version",
     ),
     ("empty-dict", {}, "checkpoint field 'cost' is missing", "cost"),
@@ -866,6 +872,7 @@ def test_from_dict_never_evaluates_imports_or_unpickles() -> None:
         errors={"code": SUSPICIOUS},
         metadata={"eval": "eval('1+1')", "__class__": "os.system"},
         context_keys=["__builtins__"],
+        step_info={},
     )
     json_copy = json.loads(json.dumps(data))
     targets: list[tuple[object, str]] = [

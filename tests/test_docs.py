@@ -41,6 +41,8 @@ HOW_TO_PAGES = (
     "docs/how-to/idempotency-keys.md",
     "docs/how-to/budgets.md",
     "docs/how-to/progress-in-long-steps.md",
+    "docs/how-to/change-a-workflow-with-saved-checkpoints.md",
+    "docs/how-to/custom-output-types.md",
 )
 OWNED_PAGES = (
     "docs/index.md",
@@ -49,6 +51,8 @@ OWNED_PAGES = (
     "docs/execution-model.md",
     "docs/decisions/0001-core-design.md",
     "docs/decisions/0002-failures-and-interrupts.md",
+    "docs/decisions/0003-resume-after-change.md",
+    "docs/reliability.md",
     *HOW_TO_PAGES,
 )
 _OPEN_FENCE = re.compile(r"^```\s*([\w+-]*)")

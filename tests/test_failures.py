@@ -34,7 +34,7 @@ from executionkit import (
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from executionkit._runner import OnError
+    from executionkit._options import OnError
 
 MODES: tuple[OnError, ...] = ("finish", "cancel", "continue")
 
@@ -330,7 +330,7 @@ def several_failures(raised: dict[str, Exception]) -> Workflow:
         raised["x"] = RuntimeError("x broke")
         raise raised["x"]
 
-    def y(ctx: Mapping[str, Any]) -> None:
+    async def y(ctx: Mapping[str, Any]) -> None:
         set_when_recorded(y_recorded)
         raised["y"] = KeyError("y")
         raise raised["y"]

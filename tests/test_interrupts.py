@@ -288,7 +288,7 @@ async def test_resume_after_cancellation_runs_only_unrecorded_steps() -> None:
     checkpoints: list[WorkflowCheckpoint] = []
 
     def step(name: str, *deps: str) -> Step:
-        def run(ctx: Mapping[str, Any]) -> str:
+        async def run(ctx: Mapping[str, Any]) -> str:  # own task: set_when_recorded needs it
             batch.calls[name] += 1
             if name == "b":
                 set_when_recorded(b_recorded)

@@ -7,6 +7,7 @@ import functools
 import json
 import re
 from collections import Counter
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -27,7 +28,6 @@ from executionkit import (
 from executionkit._checkpoint import FORMAT_VERSION
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
     from pathlib import Path
 
 
@@ -99,7 +99,9 @@ async def test_list_appending_checkpoint_fn_sees_every_batch() -> None:
         assert dict(cp.metadata) == {"job": "nightly", "n": 3}
         assert cp.created_at is not None
         assert datetime.fromisoformat(cp.created_at).utcoffset() == timedelta(0)
-        assert isinstance(cp.outputs, MappingProxyType)
+        assert isinstance(cp.outputs, Mapping)
+        with pytest.raises(TypeError):
+            cp.outputs["fetch"] = "changed"  # type: ignore[index]
     assert dict(result.outputs) == FULL_OUTPUTS
     assert result.cost == FULL_COST
 
@@ -468,7 +470,8 @@ async def test_resume_with_the_same_run_id_is_fine() -> None:
             {},
             (
                 "checkpoint records outputs of steps this workflow does not have: 'old_step' "
-                "(a checkpoint of another workflow, or renamed steps)"
+                "(a checkpoint of another workflow, or renamed steps); pass "
+                "unknown_steps='discard' to drop them"
             ),
         ),
         (

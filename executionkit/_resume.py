@@ -1,0 +1,207 @@
+"""What a run starts from: a checkpoint checked against the workflow, with stale outputs dropped.
+
+Plain synchronous code: given the graph, the checkpoint and the caller's
+options, decide which recorded outputs can be trusted, and why the others
+cannot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from executionkit._checkpoint import LEGACY_VERSION
+from executionkit._errors import CheckpointMismatchError
+from executionkit._options import names_text
+from executionkit._types import TokenUsage
+
+if TYPE_CHECKING:
+    from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._graph import Graph
+    from executionkit._options import UnknownSteps
+
+
+@dataclass
+class Restored:
+    """The state a resumed run starts from."""
+
+    outputs: dict[str, Any]
+    stored: dict[str, Any]
+    progress: dict[str, Any]
+    cost: TokenUsage
+    seq: int
+    run_id: str | None
+    metadata: Mapping[str, Any]
+    invalidated: dict[str, str] = field(default_factory=dict)
+    discarded: tuple[str, ...] = ()
+
+
+def restore(
+    graph: Graph,
+    checkpoint: WorkflowCheckpoint,
+    context: dict[str, Any],
+    *,
+    run_id: str | None,
+    metadata: Mapping[str, Any] | None,
+    rerun: frozenset[str],
+    unknown_steps: UnknownSteps,
+) -> Restored:
+    """Check ``checkpoint`` against the workflow and the run's arguments.
+
+    Fills ``context`` with ExecutionKit 0.4 context values the caller did not
+    pass again. Raises `CheckpointMismatchError` before anything runs when the
+    checkpoint does not fit.
+    """
+    index = graph.index
+    unknown = [name for name in checkpoint.outputs if name not in index]
+    discarded: tuple[str, ...] = ()
+    if checkpoint.version == LEGACY_VERSION:
+        # ExecutionKit 0.4 kept the initial context inside `outputs`. Those values are
+        # what 0.4 would have resumed with, so they fill in any key not passed again.
+        for key in unknown:
+            context.setdefault(key, checkpoint.outputs[key])
+    elif unknown and unknown_steps == "discard":
+        discarded = tuple(unknown)
+    elif unknown:
+        msg = (
+            f"checkpoint records outputs of steps this workflow does not have: "
+            f"{names_text(unknown)} (a checkpoint of another workflow, or renamed steps); "
+            f"pass unknown_steps='discard' to drop them"
+        )
+        raise CheckpointMismatchError(msg)
+    missing = [key for key in checkpoint.context_keys if key not in context]
+    if missing:
+        msg = (
+            f"initial_context lacks keys the checkpoint was run with: {names_text(missing)}; "
+            f"checkpoints never store context values, so pass them again"
+        )
+        raise CheckpointMismatchError(msg)
+    if run_id is not None and checkpoint.run_id is not None and run_id != checkpoint.run_id:
+        msg = (
+            f"run_id {run_id!r} does not match the checkpoint's run_id "
+            f"{checkpoint.run_id!r}; omit run_id to continue the checkpoint's run"
+        )
+        raise CheckpointMismatchError(msg)
+    recorded = [name for name in graph.names if name in checkpoint.outputs]
+    invalidated = _invalidated(graph, checkpoint, recorded, rerun)
+    stored = {
+        name: checkpoint.outputs[name]
+        for name in checkpoint.outputs
+        if name in index and name not in invalidated
+    }
+    progress = _kept_progress(graph, checkpoint, set(stored), rerun, invalidated)
+    return Restored(
+        outputs=_decoded(graph, stored),
+        stored=stored,
+        progress=progress,
+        cost=checkpoint.cost,
+        seq=checkpoint.seq,
+        run_id=run_id if run_id is not None else checkpoint.run_id,
+        metadata=checkpoint.metadata if metadata is None else metadata,
+        invalidated=invalidated,
+        discarded=discarded,
+    )
+
+
+def _describe_version(version: str | None) -> str:
+    return "no version" if version is None else repr(version)
+
+
+def _invalidated(
+    graph: Graph, checkpoint: WorkflowCheckpoint, recorded: list[str], rerun: frozenset[str]
+) -> dict[str, str]:
+    """Name each recorded step that cannot be trusted, with the reason, in declaration order."""
+    have = set(recorded)
+    reasons: dict[int, str] = {}
+    for name in recorded:
+        reason = _distrust(graph, checkpoint, name, have, rerun)
+        if reason is not None:
+            reasons[graph.index[name]] = reason
+    # Everything downstream of an untrusted output was computed from it; each such
+    # step names its first-declared dependency that is untrusted.
+    stack = list(reasons)
+    untrusted = set(reasons)
+    while stack:
+        for child in graph.dependents[stack.pop()]:
+            if child not in untrusted and graph.names[child] in have:
+                untrusted.add(child)
+                stack.append(child)
+    for position in sorted(untrusted - set(reasons)):
+        parent = min(dep for dep in graph.dependencies[position] if dep in untrusted)
+        reasons[position] = f"depends on invalidated step {graph.names[parent]!r}"
+    return {graph.names[position]: reasons[position] for position in sorted(reasons)}
+
+
+def _distrust(
+    graph: Graph,
+    checkpoint: WorkflowCheckpoint,
+    name: str,
+    have: set[str],
+    rerun: frozenset[str],
+) -> str | None:
+    """Why the recorded work of step ``name`` cannot be trusted, or None if it can."""
+    step = graph.steps[graph.index[name]]
+    info = checkpoint.step_info.get(name)
+    lacking = [dep for dep in step.depends_on if dep not in have]
+    if name in rerun:
+        return "rerun requested"
+    if info is not None and info["version"] != step.version:
+        return (
+            f"version changed from {_describe_version(info['version'])} to "
+            f"{_describe_version(step.version)}"
+        )
+    if info is not None and set(info["depends_on"]) != set(step.depends_on):
+        return (
+            f"dependencies changed from {sorted(info['depends_on'])!r} to "
+            f"{sorted(step.depends_on)!r}"
+        )
+    if lacking:
+        return (
+            f"depends on {lacking[0]!r}, which the checkpoint does not record, so its "
+            f"output was computed without it"
+        )
+    return None
+
+
+def _kept_progress(
+    graph: Graph,
+    checkpoint: WorkflowCheckpoint,
+    trusted: set[str],
+    rerun: frozenset[str],
+    invalidated: dict[str, str],
+) -> dict[str, Any]:
+    """Saved progress that still fits the step; the rest is dropped and reported."""
+    kept: dict[str, Any] = {}
+    for name, value in checkpoint.progress.items():
+        if name not in graph.index:
+            continue
+        stale = [d for d in graph.steps[graph.index[name]].depends_on if d in invalidated]
+        reason = (
+            f"depends on invalidated step {stale[0]!r}"
+            if stale
+            else _distrust(graph, checkpoint, name, trusted, rerun)
+        )
+        if reason is None:
+            kept[name] = value
+        else:
+            invalidated[name] = f"saved progress dropped: {reason}"
+    return kept
+
+
+def _decoded(graph: Graph, stored: dict[str, Any]) -> dict[str, Any]:
+    outputs: dict[str, Any] = {}
+    for name, value in stored.items():
+        decode = graph.steps[graph.index[name]].decode
+        if decode is None:
+            outputs[name] = value
+            continue
+        try:
+            outputs[name] = decode(value)
+        except Exception as exc:
+            msg = (
+                f"step {name!r}: decode failed on the recorded output "
+                f"({type(exc).__name__}: {exc}); fix decode, or pass rerun=[{name!r}]"
+            )
+            raise CheckpointMismatchError(msg) from exc
+    return outputs

@@ -1,0 +1,88 @@
+"""Structure sharing for checkpoints: each checkpoint's outputs are a prefix of one log.
+
+A run only ever adds outputs, and never changes one once recorded, so the
+outputs recorded at checkpoint *k* are exactly the first ``step_index`` entries
+of the run's append-only log. A checkpoint keeps a view of that prefix instead
+of a copy: O(1) to take, however large the workflow, and still a frozen,
+independent value, because nothing below its length ever changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from itertools import islice
+from typing import Any
+
+
+class OutputLog:
+    """The run's recorded outputs (in their stored form), in recording order."""
+
+    __slots__ = ("index", "names", "values")
+
+    def __init__(self, outputs: Mapping[str, Any]) -> None:
+        """Start from the outputs restored from a checkpoint (or none)."""
+        self.names: list[str] = list(outputs)
+        self.values: list[Any] = list(outputs.values())
+        self.index: dict[str, int] = {name: i for i, name in enumerate(self.names)}
+
+    def __len__(self) -> int:
+        """Return the number of recorded outputs."""
+        return len(self.names)
+
+    def append(self, name: str, value: Any) -> None:
+        """Record one more output."""
+        self.index[name] = len(self.names)
+        self.names.append(name)
+        self.values.append(value)
+
+    def outputs(self, length: int) -> PrefixView:
+        """The first ``length`` outputs, as a read-only mapping."""
+        return PrefixView(self, length, None)
+
+    def info(self, length: int, step_info: Mapping[str, Mapping[str, Any]]) -> PrefixView:
+        """``step_info`` of the first ``length`` outputs, as a read-only mapping."""
+        return PrefixView(self, length, step_info)
+
+
+class PrefixView(Mapping[str, Any]):
+    """A read-only mapping over the first ``length`` entries of an `OutputLog`.
+
+    Maps each name either to its recorded value or, given ``lookup``, to
+    ``lookup[name]`` (used for the per-step info recorded beside outputs).
+    """
+
+    __slots__ = ("_length", "_log", "_lookup")
+
+    def __init__(
+        self, log: OutputLog, length: int, lookup: Mapping[str, Mapping[str, Any]] | None
+    ) -> None:
+        """View the first ``length`` entries of ``log``."""
+        self._log = log
+        self._length = length
+        self._lookup = lookup
+
+    def __getitem__(self, key: str) -> Any:
+        """Return the value recorded for ``key`` within this prefix."""
+        position = self._log.index.get(key)
+        if position is None or position >= self._length:
+            raise KeyError(key)
+        if self._lookup is not None:
+            return self._lookup[key]
+        return self._log.values[position]
+
+    def __contains__(self, key: object) -> bool:
+        """Return whether ``key`` is recorded within this prefix."""
+        position = self._log.index.get(key) if isinstance(key, str) else None
+        return position is not None and position < self._length
+
+    def __iter__(self) -> Iterator[str]:
+        """Yield the names in recording order."""
+        return islice(self._log.names, self._length)
+
+    def __len__(self) -> int:
+        """Return the number of entries in this prefix."""
+        return self._length
+
+    def __repr__(self) -> str:
+        """Show the entries, like a dict."""
+        return repr(dict(self.items()))
