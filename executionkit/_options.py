@@ -23,8 +23,12 @@ OnError: TypeAlias = Literal["finish", "cancel", "continue"]
 UnknownSteps: TypeAlias = Literal["error", "discard"]
 """What resuming does with recorded outputs of steps the workflow does not have."""
 
+Schedule: TypeAlias = Literal["batch", "eager"]
+"""When steps start: after their whole batch (and its checkpoint), or as soon as ready."""
+
 _ON_ERROR = ("finish", "cancel", "continue")
 _UNKNOWN_STEPS = ("error", "discard")
+_SCHEDULES = ("batch", "eager")
 
 
 def names_text(names: list[str] | tuple[str, ...]) -> str:
@@ -46,6 +50,8 @@ class RunOptions:
     rerun: frozenset[str]
     unknown_steps: UnknownSteps
     validate_json: bool
+    schedule: Schedule = "batch"
+    max_concurrency: int | None = None
 
     @classmethod
     def check(
@@ -62,6 +68,8 @@ class RunOptions:
         rerun: object,
         unknown_steps: object,
         validate_json: object,
+        schedule: object = "batch",
+        max_concurrency: object = None,
     ) -> RunOptions:
         """Raise `RunArgumentError` naming the first argument that does not fit."""
         context = {} if initial_context is None else str_keyed(initial_context, "initial_context")
@@ -89,6 +97,12 @@ class RunOptions:
         if type(validate_json) is not bool:
             msg = f"validate_json must be a bool, got {validate_json!r}"
             raise RunArgumentError(msg)
+        _one_of("schedule", schedule, _SCHEDULES)
+        if max_concurrency is not None and (
+            type(max_concurrency) is not int or max_concurrency < 1
+        ):
+            msg = f"max_concurrency must be a positive int or None, got {max_concurrency!r}"
+            raise RunArgumentError(msg)
         return cls(
             context=context,
             checkpoint_fn=checkpoint_fn,
@@ -102,6 +116,8 @@ class RunOptions:
             rerun=_checked_rerun(graph, rerun, resuming=resume_from is not None),
             unknown_steps=unknown_steps,  # type: ignore[arg-type]  # checked by _one_of
             validate_json=validate_json,
+            schedule=schedule,  # type: ignore[arg-type]  # checked by _one_of
+            max_concurrency=max_concurrency,
         )
 
 

@@ -6,7 +6,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from executionkit._graph import Graph
-from executionkit._options import CheckpointFn, OnError, RunOptions, UnknownSteps
+from executionkit._options import CheckpointFn, OnError, RunOptions, Schedule, UnknownSteps
 from executionkit._runner import Run
 
 if TYPE_CHECKING:
@@ -62,6 +62,8 @@ class Workflow:
         rerun: Collection[str] | None = None,
         unknown_steps: UnknownSteps = "error",
         validate_json: bool = False,
+        schedule: Schedule = "batch",
+        max_concurrency: int | None = None,
     ) -> WorkflowResult:
         """Run every step not yet recorded, checkpointing after each batch.
 
@@ -106,6 +108,15 @@ class Workflow:
                 violation fails its step with `CheckpointValueError` naming the
                 step and the path inside the output; everything recorded before
                 is checkpointed as with any failure.
+            schedule: ``"batch"`` (default): a batch is every step whose
+                dependencies are complete, and the next batch starts once the
+                whole batch has finished and its checkpoint was taken.
+                ``"eager"``: each step starts as soon as its own dependencies
+                are done, and a checkpoint follows each completion (completions
+                that land while ``checkpoint_fn`` runs are folded into the next
+                one). Resume, failures and ``ctx`` behave the same.
+            max_concurrency: At most this many steps run at once (for rate
+                limits), in either schedule; they start in declaration order.
 
         Returns:
             The outputs of every step and the total token usage.
@@ -140,6 +151,8 @@ class Workflow:
             rerun=rerun,
             unknown_steps=unknown_steps,
             validate_json=validate_json,
+            schedule=schedule,
+            max_concurrency=max_concurrency,
         )
         return await Run(self._graph, options).execute()
 
@@ -156,6 +169,8 @@ class Workflow:
         rerun: Collection[str] | None = None,
         unknown_steps: UnknownSteps = "error",
         validate_json: bool = False,
+        schedule: Schedule = "batch",
+        max_concurrency: int | None = None,
     ) -> WorkflowResult:
         """Run the workflow from synchronous code; see `run` for the arguments.
 
@@ -190,5 +205,7 @@ class Workflow:
                 rerun=rerun,
                 unknown_steps=unknown_steps,
                 validate_json=validate_json,
+                schedule=schedule,
+                max_concurrency=max_concurrency,
             )
         )

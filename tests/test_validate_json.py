@@ -412,7 +412,8 @@ async def test_a_non_plain_output_with_a_plain_encoding_passes() -> None:
     workflow = scoring_workflow({"b", "a"}, calls, encode=sorted, decode=set)
     result = await workflow.run(checkpoint_fn=saved.append, validate_json=True)
     assert result.outputs["score"] == {"a", "b"}
-    assert result.outputs["after"] == f"after { ({'a', 'b'})!r}"
+    # The dependent step saw the live set itself (its repr order follows the hash seed).
+    assert result.outputs["after"] == f"after {result.outputs['score']!r}"
     assert saved[-1].outputs["score"] == ["a", "b"]
     assert_json_safe(saved)
 

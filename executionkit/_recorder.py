@@ -1,0 +1,471 @@
+"""Recording what a run did, and handing it over as checkpoints.
+
+`Recorder` is the half of a run that owns its record: the outputs that landed,
+token usage, failures and saved progress, the checkpoints taken from them (one
+at a time, each O(1) to take), and the progress saver that steps use through
+`StepContext`. `executionkit._runner.Run` adds the half that runs steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import time
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from executionkit._checkpoint import FORMAT_VERSION, WorkflowCheckpoint, trusted_checkpoint
+from executionkit._errors import BudgetExceeded, WorkflowFailed
+from executionkit._plain import plain_copy
+from executionkit._resume import Restored, restore
+from executionkit._snapshot import OutputLog
+from executionkit._types import PatternResult, TokenUsage
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from executionkit._graph import Graph
+    from executionkit._options import CheckpointFn, RunOptions
+
+EMPTY: MappingProxyType[str, Any] = MappingProxyType({})
+
+
+async def wait_through(future: asyncio.Future[Any]) -> bool:
+    """Wait until ``future`` is done even if this task is cancelled meanwhile.
+
+    Returns whether a cancellation arrived while waiting; the caller decides when
+    to let it out. ``future``'s own outcome is left for the caller to read.
+    """
+    cancelled = False
+    while not future.done():
+        try:
+            await asyncio.wait((future,))
+        except asyncio.CancelledError:
+            cancelled = True
+    return cancelled
+
+
+def reached(usage: TokenUsage, budget: TokenUsage | None) -> bool:
+    """Whether ``usage`` reached any non-zero limit of ``budget``."""
+    if budget is None:
+        return False
+    return any(
+        limit and used >= limit
+        for used, limit in (
+            (usage.input_tokens, budget.input_tokens),
+            (usage.output_tokens, budget.output_tokens),
+            (usage.llm_calls, budget.llm_calls),
+        )
+    )
+
+
+def _retrieve(future: asyncio.Future[None]) -> None:
+    # A sync step may never await its save_progress future; reading the outcome here
+    # keeps asyncio from logging "exception was never retrieved" for it.
+    if not future.cancelled():
+        future.exception()
+
+
+class Recorder:
+    """The record of one run: what landed, what it cost, and its checkpoints."""
+
+    def __init__(self, graph: Graph, options: RunOptions) -> None:
+        """Restore ``options.resume_from`` (checked against ``graph``)."""
+        self._graph = graph
+        self._budget = options.budget
+        self._on_error = options.on_error
+        self._validate_json = options.validate_json
+        self._checkpoint_fn = options.checkpoint_fn
+        context = options.context
+        if options.resume_from is None:
+            state = Restored(
+                {}, {}, {}, TokenUsage(), 0, options.run_id, options.metadata or EMPTY
+            )
+        else:
+            state = restore(
+                graph,
+                options.resume_from,
+                context,
+                run_id=options.run_id,
+                metadata=options.metadata,
+                rerun=options.rerun,
+                unknown_steps=options.unknown_steps,
+            )
+        # Live outputs feed ctx and the result; stored forms (after Step.encode) feed
+        # checkpoints. Without codecs both hold the same objects.
+        self._outputs = state.outputs
+        self._log = OutputLog(state.stored)
+        self._snapshot_length = len(self._log)
+        self._reported: set[str] = set()
+        self._progress = state.progress
+        self._cost = state.cost
+        self._seq = state.seq
+        self._metadata = state.metadata
+        self._invalidated = MappingProxyType(state.invalidated)
+        self._discarded = state.discarded
+        self._context = context
+        self._context_keys = tuple(sorted(context))
+        self._run_id = state.run_id if state.run_id is not None else _new_run_id()
+        self._skipped = tuple(name for name in graph.names if name in self._outputs)
+        self._executed: list[str] = []
+        self._last: WorkflowCheckpoint | None = options.resume_from
+        # Failures of this run, by position; they stay in every later checkpoint's `errors`.
+        self._failures: dict[int, Exception] = {}
+        self._interrupt: BaseException | None = None
+        # Outputs that landed since the last merge, merged in declaration order:
+        # position -> (live output, stored form).
+        self._landed: dict[int, tuple[Any, Any]] = {}
+        # Checkpoint bookkeeping: every recorded change bumps `_changes`; a checkpoint
+        # covers everything up to the `_changes` it saw.
+        self._changes = 0
+        self._saved = 0
+        self._writing = False
+        self._turns: list[asyncio.Future[None]] = []
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._saver: asyncio.Task[None] | None = None
+        self._storage_error: Exception | None = None
+        self._caller_context = contextvars.copy_context()
+
+    def _cancel_running(self) -> None:
+        """Stop the steps still running (the runner's half)."""
+        raise NotImplementedError
+
+    # --- landing outputs ------------------------------------------------------------------
+
+    def _landed_error(self, position: int, error: Exception) -> None:
+        self._failures[position] = error
+        self._changes += 1
+        if self._on_error == "cancel":
+            self._cancel_running()
+
+    def _landed_interrupt(self, error: BaseException) -> None:
+        self._interrupt = self._interrupt or error
+        self._cancel_running()
+
+    def _landed_result(self, position: int, result: Any) -> None:
+        if isinstance(result, PatternResult):
+            self._cost += result.cost  # spent, whether or not the output can be recorded
+            result = result.value
+        try:
+            stored = self._storable(position, result)
+        except Exception as exc:  # noqa: BLE001 - an unrecordable output fails its step
+            self._landed_error(position, exc)
+            return
+        self._landed[position] = (result, stored)
+        if self._progress:
+            self._progress.pop(self._graph.names[position], None)
+        self._changes += 1
+
+    def _storable(self, position: int, output: Any) -> Any:
+        """The form of ``output`` that goes into checkpoints, checked if asked to."""
+        step = self._graph.steps[position]
+        stored = output
+        if step.encode is not None:
+            try:
+                stored = step.encode(output)
+            except Exception as exc:
+                exc.add_note(f"executionkit: encode of step {step.name!r} failed")
+                raise
+        if self._validate_json:
+            # The checked copy is what gets recorded: later changes to the live object
+            # (a dependent step mutating its ctx value) cannot reach a checkpoint.
+            stored = plain_copy(stored, f"output of step {step.name!r}")
+        return stored
+
+    def _merge_landed(self) -> list[int]:
+        """Move what landed into the record, in declaration order; return those positions."""
+        completed = sorted(self._landed)
+        names = self._graph.names
+        for position in completed:
+            name = names[position]
+            live, stored = self._landed[position]
+            self._outputs[name] = live
+            self._log.append(name, stored)
+            self._executed.append(name)
+        self._landed.clear()
+        return completed
+
+    # --- checkpoints ----------------------------------------------------------------------
+
+    async def _checkpoint_after_batch(self) -> None:
+        if self._interrupt is None:
+            try:
+                await self._checkpoint()
+            except asyncio.CancelledError as exc:
+                self._interrupt = exc  # cancelled while checkpointing; finished below
+            else:
+                return
+        # Interrupted: whatever is not checkpointed yet is checkpointed, awaited despite
+        # further cancellations, and then the interrupt propagates unchanged.
+        interrupt = self._interrupt
+        saving = asyncio.ensure_future(self._checkpoint())
+        await wait_through(saving)
+        error = None if saving.cancelled() else saving.exception()
+        if error is not None and error is not interrupt:
+            interrupt.add_note(
+                f"executionkit: the checkpoint taken on interruption failed: "
+                f"{type(error).__name__}: {error}"
+            )
+        raise interrupt
+
+    async def _checkpoint(self) -> None:
+        """Take a checkpoint if anything changed since the last one; calls never overlap.
+
+        A cancellation that arrives while an async ``checkpoint_fn`` is writing lets
+        the write finish first, so a checkpoint is never half taken; it then
+        propagates.
+        """
+        if self._checkpoint_fn is None:
+            return  # nothing to hand over; _latest() builds one if the run ends early
+        # A mutex without an await on the free path: checkpoints are taken after every
+        # batch, and asyncio.Lock would cost a coroutine each time.
+        while self._writing:
+            turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._turns.append(turn)
+            await turn
+        self._writing = True
+        try:
+            write = self._hand_over(self._checkpoint_fn)
+            if write is not None:
+                await self._finish_write(*write)
+        finally:
+            self._writing = False
+            if self._turns:
+                turn = self._turns.pop(0)
+                if not turn.done():
+                    turn.set_result(None)
+
+    def _hand_over(
+        self, checkpoint_fn: CheckpointFn
+    ) -> tuple[asyncio.Future[Any], WorkflowCheckpoint, int] | None:
+        """Take a checkpoint and call ``checkpoint_fn``; return the write still to await."""
+        if self._storage_error is not None:
+            raise self._storage_error
+        if self._changes == self._saved:
+            return None
+        covered = self._changes
+        checkpoint = self._snapshot()
+        try:
+            pending = checkpoint_fn(checkpoint)
+        except Exception as exc:
+            self._storage_failed(exc, checkpoint)
+            raise
+        if inspect.isawaitable(pending):
+            return asyncio.ensure_future(pending), checkpoint, covered
+        self._saved = covered
+        if self._waiters:
+            self._resolve_waiters(None)
+        return None
+
+    async def _finish_write(
+        self, write: asyncio.Future[Any], checkpoint: WorkflowCheckpoint, covered: int
+    ) -> None:
+        """Await an async checkpoint_fn; a cancellation meanwhile lets it finish first."""
+        cancelled = await wait_through(write)
+        try:
+            write.result()
+        except Exception as exc:
+            self._storage_failed(exc, checkpoint)
+            if cancelled:
+                raise asyncio.CancelledError from exc
+            raise
+        self._saved = covered
+        self._resolve_waiters(None)
+        if cancelled:
+            raise asyncio.CancelledError
+
+    def _storage_failed(self, exc: Exception, checkpoint: WorkflowCheckpoint) -> None:
+        self._annotate_storage_error(exc, checkpoint)
+        self._storage_error = exc
+        self._resolve_waiters(exc)
+
+    def _annotate_storage_error(self, exc: Exception, checkpoint: WorkflowCheckpoint) -> None:
+        exc.add_note(
+            f"executionkit: checkpoint_fn raised while saving checkpoint seq={checkpoint.seq} "
+            f"(step_index={checkpoint.step_index}); no further step was started"
+        )
+        if self._failures:
+            failed = "; ".join(
+                f"{self._graph.names[p]!r}: {type(e).__name__}: {e}"
+                for p, e in sorted(self._failures.items())
+            )
+            exc.add_note(f"executionkit: the checkpoint recorded these step failures: {failed}")
+
+    def _snapshot(self) -> WorkflowCheckpoint:
+        self._seq += 1
+        log = self._log
+        if self._landed:
+            # Mid-batch (a step saved progress): outputs that landed in this batch are
+            # not in the log yet, so this rare checkpoint gets a copy.
+            names = self._graph.names
+            landed = sorted(self._landed)
+            copied = dict(log.outputs(len(log)))
+            copied.update((names[p], self._landed[p][1]) for p in landed)
+            info = self._graph.step_info
+            outputs: Mapping[str, Any] = MappingProxyType(copied)
+            described = {**copied, **self._progress}
+            step_info: Mapping[str, Any] = MappingProxyType({n: info[n] for n in described})
+            new = tuple(names[p] for p in landed if names[p] not in self._reported)
+            self._reported.update(new)
+        else:
+            length = len(log)
+            outputs = log.outputs(length)
+            step_info = log.info(length, self._graph.step_info)
+            if self._progress:  # rare: steps holding progress are described too
+                info = self._graph.step_info
+                step_info = MappingProxyType(
+                    {**step_info, **{name: info[name] for name in self._progress}}
+                )
+            new = tuple(log.names[self._snapshot_length : length])
+            if self._reported:  # already announced by a mid-batch checkpoint
+                new = tuple(name for name in new if name not in self._reported)
+                self._reported.clear()
+        self._snapshot_length = len(log)
+        errors: Mapping[str, str] = EMPTY
+        if self._failures:
+            names = self._graph.names
+            errors = MappingProxyType(
+                {names[p]: f"{type(e).__name__}: {e}" for p, e in sorted(self._failures.items())}
+            )
+        checkpoint = trusted_checkpoint(
+            step_index=len(outputs),
+            outputs=outputs,
+            cost=self._cost,
+            version=FORMAT_VERSION,
+            run_id=self._run_id,
+            seq=self._seq,
+            context_keys=self._context_keys,
+            errors=errors,
+            created_at=_utc_now(),
+            metadata=self._metadata,
+            progress=MappingProxyType(dict(self._progress)) if self._progress else EMPTY,
+            step_info=step_info,
+            new_outputs=new,
+        )
+        self._last = checkpoint
+        return checkpoint
+
+    def _latest(self) -> WorkflowCheckpoint:
+        """The checkpoint of everything recorded, taking one in memory if none is current."""
+        if self._last is None or self._changes != self._saved:
+            self._snapshot()
+            self._saved = self._changes
+        assert self._last is not None  # noqa: S101 - _snapshot sets it
+        return self._last
+
+    # --- in-step progress (the host side of StepContext) ----------------------------------
+
+    def progress_of(self, name: str) -> Any:
+        """Return the progress value ``name`` saved last, or None."""
+        return self._progress.get(name)
+
+    def save_progress(self, name: str, value: object) -> asyncio.Future[None]:
+        """Record ``value`` for step ``name``; the future resolves once it is checkpointed."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            msg = (
+                f"step {name!r}: save_progress() must be called on the event loop's thread "
+                f"(in the step itself), not from a worker thread"
+            )
+            raise RuntimeError(msg) from None
+        self._progress[name] = plain_copy(value, f"progress of step {name!r}")
+        self._changes += 1
+        future: asyncio.Future[None] = loop.create_future()
+        future.add_done_callback(_retrieve)
+        if self._checkpoint_fn is None:
+            future.set_result(None)
+            return future
+        self._waiters.append((self._changes, future))
+        if self._saver is None or self._saver.done():
+            # Run the saver in the run's own context, not the saving step's, so that
+            # checkpoint_fn never finds itself "inside" a step.
+            self._saver = loop.create_task(
+                self._save_progress_checkpoints(), context=self._caller_context
+            )
+        return future
+
+    async def _save_progress_checkpoints(self) -> None:
+        # Keep checkpointing while some step waits for its progress to be saved; values
+        # saved while a checkpoint_fn call is running are folded into the next one.
+        while self._waiters and self._storage_error is None:
+            try:
+                await self._checkpoint()
+            except Exception:  # noqa: BLE001 - waiters got it; the batch end raises it
+                return
+
+    def _resolve_waiters(self, error: Exception | None) -> None:
+        keep: list[tuple[int, asyncio.Future[None]]] = []
+        for target, future in self._waiters:
+            if future.done():
+                continue
+            if error is not None:
+                future.set_exception(error)
+            elif target <= self._saved:
+                future.set_result(None)
+            else:
+                keep.append((target, future))
+        self._waiters = keep
+
+    async def _settle(self) -> bool:
+        """Leave nothing behind: the progress saver finishes, unresolved waiters are cancelled.
+
+        Returns whether this task was cancelled while waiting for the saver.
+        """
+        cancelled = False
+        if self._saver is not None:
+            cancelled = await wait_through(self._saver)
+        for _, future in self._waiters:
+            future.cancel()
+        self._waiters.clear()
+        return cancelled
+
+    # --- how a run ends early -------------------------------------------------------------
+
+    def _failure(self) -> WorkflowFailed:
+        names = self._graph.names
+        errors = {names[p]: exc for p, exc in sorted(self._failures.items())}
+        error = WorkflowFailed(errors, self._latest())
+        error.__cause__ = next(iter(errors.values()))
+        return error
+
+    def _over_budget(self) -> BudgetExceeded:
+        assert self._budget is not None  # noqa: S101 - only called once _reached said so
+        return BudgetExceeded(self._latest(), self._cost, self._budget)
+
+
+async def _with_timeout(awaitable: Any, name: str, attempt: int, seconds: float) -> Any:
+    try:
+        async with asyncio.timeout(seconds) as scope:
+            return await awaitable
+    except TimeoutError:
+        if not scope.expired():
+            raise  # the step's own TimeoutError, not ours
+        msg = f"step {name!r} attempt {attempt} timed out after {seconds:g} s"
+        raise TimeoutError(msg) from None
+
+
+def _jitter_draw() -> float:
+    import random  # noqa: PLC0415 - only retrying steps pay for the import
+
+    return random.random()  # noqa: S311 - jitter, not cryptography
+
+
+_second: list[Any] = [None, ""]
+
+
+def _utc_now() -> str:
+    """The current UTC time in ISO-8601 with microseconds, cheaply (once per checkpoint)."""
+    now = time.time()
+    second = int(now)
+    if second != _second[0]:
+        _second[:] = [second, datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")]
+    return f"{_second[1]}.{int((now - second) * 1_000_000):06d}+00:00"
+
+
+def _new_run_id() -> str:
+    import os  # noqa: PLC0415 - tiny, and only fresh runs need it
+
+    return os.urandom(16).hex()
