@@ -113,9 +113,12 @@ class Run(Recorder):
             raise self._over_budget()
         while True:
             self._start_from_heap(ready)
-            if not self._running:
-                break
-            await self._wait()
+            # Plain steps land inline, and steps may land while checkpoint_fn is awaited:
+            # record and checkpoint those before waiting for anything else.
+            if not self._landed and not self._unsaved():
+                if not self._running:
+                    break
+                await self._wait()
             for position in self._frontier.complete(self._merge_landed()):
                 heapq.heappush(ready, position)
             # Steps that finish while checkpoint_fn runs are folded into the next one.
@@ -123,6 +126,9 @@ class Run(Recorder):
         self._raise_if_stopped(more=bool(ready))
         if self._failures:
             raise self._failure()
+
+    def _unsaved(self) -> bool:
+        return self._checkpoint_fn is not None and self._changes != self._saved
 
     def _raise_if_stopped(self, *, more: bool) -> None:
         if self._failures and self._on_error != "continue":

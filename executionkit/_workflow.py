@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 from executionkit._graph import Graph
 from executionkit._options import CheckpointFn, OnError, RunOptions, Schedule, UnknownSteps
-from executionkit._runner import Run
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Mapping
@@ -154,6 +152,10 @@ class Workflow:
             schedule=schedule,
             max_concurrency=max_concurrency,
         )
+        # asyncio (and with it ssl, subprocess, concurrent.futures) loads on the first
+        # run, so that importing executionkit to read or write checkpoints stays cheap.
+        from executionkit._runner import Run  # noqa: PLC0415
+
         return await Run(self._graph, options).execute()
 
     def run_sync(
@@ -183,6 +185,8 @@ class Workflow:
                 thread (use ``await workflow.run(...)`` there instead).
             Exception: Everything `run` raises.
         """
+        import asyncio  # noqa: PLC0415 - see run()
+
         try:
             asyncio.get_running_loop()
         except RuntimeError:

@@ -122,3 +122,6 @@ def test_import_pulls_in_only_the_standard_library() -> None:
     assert "executionkit" in loaded
     outside = [name for name in loaded if name not in {*sys.stdlib_module_names, "executionkit"}]
     assert outside == []
+    # Reading and writing checkpoints needs no event loop: asyncio (and the ssl,
+    # subprocess and concurrent.futures it brings) loads on the first run only.
+    assert not {"asyncio", "ssl", "subprocess", "concurrent"} & set(loaded)
