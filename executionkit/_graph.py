@@ -24,7 +24,16 @@ class Graph:
     names, unknown dependencies and cycles.
     """
 
-    __slots__ = ("dependencies", "dependents", "index", "inline", "names", "step_info", "steps")
+    __slots__ = (
+        "dependencies",
+        "dependents",
+        "index",
+        "inline",
+        "names",
+        "plain",
+        "step_info",
+        "steps",
+    )
 
     def __init__(self, steps: Iterable[Step]) -> None:
         """Index ``steps`` and validate the graph they form."""
@@ -46,12 +55,11 @@ class Graph:
                 dependents[dep].append(position)
         self.dependents: tuple[tuple[int, ...], ...] = tuple(map(tuple, dependents))
         self._check_acyclic()
-        # Plain-function steps without retries run inline, without a task of their own.
-        self.inline = frozenset(
-            position
-            for position, step in enumerate(self.steps)
-            if step.retries == 0 and not is_async_callable(step.run)
+        # Plain-function steps; those without retries run inline, without a task.
+        self.plain = frozenset(
+            position for position, step in enumerate(self.steps) if not is_async_callable(step.run)
         )
+        self.inline = frozenset(p for p in self.plain if self.steps[p].retries == 0)
         # What checkpoints record about each step, built once and shared by all of them.
         self.step_info: dict[str, Mapping[str, Any]] = {
             step.name: MappingProxyType({"version": step.version, "depends_on": step.depends_on})

@@ -12,6 +12,8 @@ from executionkit._errors import RunArgumentError
 from executionkit._types import TokenUsage
 
 if TYPE_CHECKING:
+    from concurrent.futures import Executor  # noqa: TC004 - an annotation only; keeps import cheap
+
     from executionkit._graph import Graph
 
 CheckpointFn: TypeAlias = Callable[[WorkflowCheckpoint], object]
@@ -52,6 +54,8 @@ class RunOptions:
     validate_json: bool
     schedule: Schedule = "batch"
     max_concurrency: int | None = None
+    on_event: Callable[[Any], object] | None = None
+    executor: Executor | None = None
 
     @classmethod
     def check(
@@ -70,6 +74,8 @@ class RunOptions:
         validate_json: object,
         schedule: object = "batch",
         max_concurrency: object = None,
+        on_event: object = None,
+        executor: object = None,
     ) -> RunOptions:
         """Raise `RunArgumentError` naming the first argument that does not fit."""
         context = {} if initial_context is None else str_keyed(initial_context, "initial_context")
@@ -103,6 +109,15 @@ class RunOptions:
         ):
             msg = f"max_concurrency must be a positive int or None, got {max_concurrency!r}"
             raise RunArgumentError(msg)
+        if on_event is not None and not callable(on_event):
+            msg = f"on_event must be callable or None, got {type(on_event).__name__}"
+            raise RunArgumentError(msg)
+        if executor is not None and not callable(getattr(executor, "submit", None)):
+            msg = (
+                f"executor must be a concurrent.futures.Executor (something with submit()) "
+                f"or None, got {type(executor).__name__}"
+            )
+            raise RunArgumentError(msg)
         return cls(
             context=context,
             checkpoint_fn=checkpoint_fn,
@@ -118,6 +133,8 @@ class RunOptions:
             validate_json=validate_json,
             schedule=schedule,  # type: ignore[arg-type]  # checked by _one_of
             max_concurrency=max_concurrency,
+            on_event=on_event,
+            executor=executor,  # type: ignore[arg-type]  # duck-typed: has submit()
         )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import logging
 import time
 from datetime import UTC, datetime
 from types import MappingProxyType
@@ -22,6 +23,7 @@ from executionkit._plain import plain_copy
 from executionkit._resume import Restored, restore
 from executionkit._snapshot import OutputLog
 from executionkit._types import PatternResult, TokenUsage
+from executionkit.events import CheckpointTaken, Event, StepFailed, StepFinished, StepStarted
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -30,6 +32,8 @@ if TYPE_CHECKING:
     from executionkit._options import CheckpointFn, RunOptions
 
 EMPTY: MappingProxyType[str, Any] = MappingProxyType({})
+LOG = logging.getLogger("executionkit")
+_ZERO = TokenUsage()
 
 
 async def wait_through(future: asyncio.Future[Any]) -> bool:
@@ -127,6 +131,13 @@ class Recorder:
         self._saver: asyncio.Task[None] | None = None
         self._storage_error: Exception | None = None
         self._caller_context = contextvars.copy_context()
+        # Events: only looked at when someone listens (a callback, or debug logging).
+        self._on_event = options.on_event
+        self._observed = options.on_event is not None or LOG.isEnabledFor(logging.DEBUG)
+        self._began: dict[int, float] = {}
+        self._pending_events: list[Event | _Pending] = []
+        self._announcer: asyncio.Task[None] | None = None
+        self._event_failures = 0
 
     def _cancel_running(self) -> None:
         """Stop the steps still running (the runner's half)."""
@@ -137,6 +148,9 @@ class Recorder:
     def _landed_error(self, position: int, error: Exception) -> None:
         self._failures[position] = error
         self._changes += 1
+        if self._observed:
+            name = self._graph.names[position]
+            self._emit(StepFailed(self._run_id, name, self._duration(position), error))
         if self._on_error == "cancel":
             self._cancel_running()
 
@@ -145,8 +159,10 @@ class Recorder:
         self._cancel_running()
 
     def _landed_result(self, position: int, result: Any) -> None:
+        cost = _ZERO
         if isinstance(result, PatternResult):
-            self._cost += result.cost  # spent, whether or not the output can be recorded
+            cost = result.cost
+            self._cost += cost  # spent, whether or not the output can be recorded
             result = result.value
         try:
             stored = self._storable(position, result)
@@ -157,6 +173,81 @@ class Recorder:
         if self._progress:
             self._progress.pop(self._graph.names[position], None)
         self._changes += 1
+        if self._observed:
+            name = self._graph.names[position]
+            self._emit(StepFinished(self._run_id, name, self._duration(position), cost))
+
+    # --- events ---------------------------------------------------------------------------
+
+    def _began_step(self, position: int, attempt: int = 1) -> None:
+        """Note that a step (attempt) started; only called when observed."""
+        if attempt == 1:
+            self._began[position] = time.perf_counter()
+        self._emit(StepStarted(self._run_id, self._graph.names[position], attempt))
+
+    def _duration(self, position: int) -> float:
+        began = self._began.get(position)
+        return 0.0 if began is None else time.perf_counter() - began
+
+    def _emit(self, event: Event) -> None:
+        """Log ``event`` at debug level and hand it to the on_event callback.
+
+        A plain callback is called right away. A callback returning an awaitable
+        (a coroutine function) is served by one task of the run, in order; run()
+        waits for it before returning. Whatever the callback raises is logged and
+        never reaches the run.
+        """
+        if LOG.isEnabledFor(logging.DEBUG):
+            LOG.debug("%s", event)
+        callback = self._on_event
+        if callback is None:
+            return
+        if self._pending_events or self._announcer is not None:
+            self._queue_event(event)
+            return
+        try:
+            outcome = callback(event)
+        except Exception as exc:  # noqa: BLE001 - a listener never breaks the run
+            self._callback_failed(event, exc)
+            return
+        if inspect.isawaitable(outcome):
+            self._queue_event(None, outcome)
+
+    def _callback_failed(self, event: object, error: Exception) -> None:
+        """Report a failing on_event callback: the first time in full, then briefly."""
+        self._event_failures += 1
+        what = type(event).__name__
+        if self._event_failures == 1:
+            LOG.warning(
+                "executionkit: the on_event callback raised on %s; the run goes on "
+                "(later failures of this callback are logged at debug level)",
+                what,
+                exc_info=error,
+            )
+        else:
+            LOG.debug("executionkit: the on_event callback raised on %s", what, exc_info=error)
+
+    def _queue_event(self, event: Event | None, awaitable: Any = None) -> None:
+        self._pending_events.append(event if event is not None else _Pending(awaitable))
+        if self._announcer is None or self._announcer.done():
+            self._announcer = asyncio.get_running_loop().create_task(
+                self._announce(), context=self._caller_context
+            )
+
+    async def _announce(self) -> None:
+        callback = self._on_event
+        assert callback is not None  # noqa: S101 - only queued when there is one
+        while self._pending_events:
+            item = self._pending_events.pop(0)
+            try:
+                if isinstance(item, _Pending):
+                    await item.awaitable
+                    continue
+                outcome = callback(item)
+                if inspect.isawaitable(outcome):
+                    await outcome
+            except Exception as exc:  # noqa: BLE001 - a listener never breaks the run
+                self._callback_failed(item, exc)
 
     def _storable(self, position: int, output: Any) -> Any:
         """The form of ``output`` that goes into checkpoints, checked if asked to."""
@@ -257,7 +348,16 @@ class Recorder:
         self._saved = covered
         if self._waiters:
             self._resolve_waiters(None)
+        if self._observed:
+            self._taken(checkpoint)
         return None
+
+    def _taken(self, checkpoint: WorkflowCheckpoint) -> None:
+        self._emit(
+            CheckpointTaken(
+                self._run_id, checkpoint.seq, checkpoint.step_index, checkpoint.new_outputs
+            )
+        )
 
     async def _finish_write(
         self, write: asyncio.Future[Any], checkpoint: WorkflowCheckpoint, covered: int
@@ -273,6 +373,8 @@ class Recorder:
             raise
         self._saved = covered
         self._resolve_waiters(None)
+        if self._observed:
+            self._taken(checkpoint)
         if cancelled:
             raise asyncio.CancelledError
 
@@ -417,6 +519,8 @@ class Recorder:
         cancelled = False
         if self._saver is not None:
             cancelled = await wait_through(self._saver)
+        while self._announcer is not None and not self._announcer.done():
+            cancelled = await wait_through(self._announcer) or cancelled
         for _, future in self._waiters:
             future.cancel()
         self._waiters.clear()
@@ -451,6 +555,15 @@ def _jitter_draw() -> float:
     import random  # noqa: PLC0415 - only retrying steps pay for the import
 
     return random.random()  # noqa: S311 - jitter, not cryptography
+
+
+class _Pending:
+    """An awaitable a plain on_event callback returned, awaited in event order."""
+
+    __slots__ = ("awaitable",)
+
+    def __init__(self, awaitable: Any) -> None:
+        self.awaitable = awaitable
 
 
 _second: list[Any] = [None, ""]

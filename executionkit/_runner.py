@@ -10,8 +10,11 @@ to `executionkit._recorder.Recorder`; this module starts and stops steps.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import heapq
 import inspect
+import time
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from types import CoroutineType, MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -21,9 +24,16 @@ from executionkit._recorder import Recorder, reached, wait_through
 from executionkit._result import WorkflowResult
 from executionkit._step import retry_wait
 from executionkit._step_context import CURRENT_STEP, StepContext
+from executionkit.events import (
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    StepInvalidated,
+    StepRetried,
+    StepSkipped,
+)
 
 if TYPE_CHECKING:
-    import contextvars
     from collections.abc import Coroutine, Generator
 
     from executionkit._graph import Graph
@@ -106,7 +116,10 @@ class Run(Recorder):
         self._limit = options.max_concurrency
         # Wake the loop after every completion only when it may start something then.
         self._wake_each = self._eager or self._limit is not None
-        self._inline = graph.inline
+        self._executor = options.executor
+        # With an executor, plain steps go there instead of running inline.
+        self._inline = graph.inline if self._executor is None else frozenset()
+        self._resumed = options.resume_from is not None
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._unstarted: set[int] = set()
         self._running = 0
@@ -115,11 +128,20 @@ class Run(Recorder):
 
     async def execute(self) -> WorkflowResult:
         """Run every step not yet recorded; checkpoint as the schedule says."""
+        began = time.perf_counter()
+        if self._observed:
+            self._announce_start()
         try:
             await (self._run_eager() if self._eager else self._run_batches())
-        except BaseException:
+        except BaseException as exc:
+            if self._observed:
+                duration = time.perf_counter() - began
+                self._emit(RunFailed(self._run_id, duration, exc, self._invalidated))
             await self._settle()  # a cancellation meanwhile: the exception in flight wins
             raise
+        if self._observed:
+            duration = time.perf_counter() - began
+            self._emit(RunFinished(self._run_id, duration, self._cost, len(self._executed)))
         if await self._settle():
             raise asyncio.CancelledError
         return WorkflowResult(
@@ -131,6 +153,13 @@ class Run(Recorder):
             invalidated=self._invalidated,
             discarded=self._discarded,
         )
+
+    def _announce_start(self) -> None:
+        self._emit(RunStarted(self._run_id, len(self._graph), self._skipped, self._resumed))
+        for name, reason in self._invalidated.items():
+            self._emit(StepInvalidated(self._run_id, name, reason))
+        for name in self._skipped:
+            self._emit(StepSkipped(self._run_id, name))
 
     # --- the two schedules ----------------------------------------------------------------
 
@@ -233,6 +262,8 @@ class Run(Recorder):
     # --- starting and finishing steps -----------------------------------------------------
 
     def _spawn(self, position: int) -> None:
+        if self._observed:
+            self._began_step(position)
         task = asyncio.get_running_loop().create_task(self._step_task(position))
         self._tasks[position] = task
         self._unstarted.add(position)
@@ -248,13 +279,13 @@ class Run(Recorder):
                 # The common case, kept lean: one attempt, nothing to time.
                 token = CURRENT_STEP.set(StepContext(self, step.name, self._run_id, 1, 1))
                 try:
-                    result = step.run(view)
+                    result = self._call(position, step, view)
                     if type(result) is CoroutineType or inspect.isawaitable(result):
                         result = await result
                 finally:
                     CURRENT_STEP.reset(token)
             else:
-                result = await self._attempts(step, view)
+                result = await self._attempts(position, step, view)
         except asyncio.CancelledError:
             this = asyncio.current_task()
             if not self._cancelling and (this is None or not this.cancelling()):
@@ -272,7 +303,20 @@ class Run(Recorder):
         finally:
             self._finished(position)
 
-    async def _attempts(self, step: Step, view: ContextView) -> Any:
+    def _call(self, position: int, step: Step, view: ContextView) -> Any:
+        """Call the step's function; a plain one goes to the executor if the run has one."""
+        executor = self._executor
+        if executor is None or position not in self._graph.plain:
+            return step.run(view)
+        loop = asyncio.get_running_loop()
+        if isinstance(executor, ThreadPoolExecutor):
+            # A thread can run in a copy of this context: current_step() works there.
+            return loop.run_in_executor(executor, contextvars.copy_context().run, step.run, view)
+        # Processes and cluster workers get what can be pickled: the function and a plain
+        # dict of its ctx.
+        return loop.run_in_executor(executor, step.run, dict(view))
+
+    async def _attempts(self, position: int, step: Step, view: ContextView) -> Any:
         """The general case: a timeout per attempt, and retries with backoff."""
         attempt = 1
         while True:
@@ -280,7 +324,7 @@ class Run(Recorder):
                 StepContext(self, step.name, self._run_id, attempt, step.retries + 1)
             )
             try:
-                result = step.run(view)
+                result = self._call(position, step, view)
                 if inspect.isawaitable(result):
                     if step.timeout is None:
                         result = await result
@@ -289,12 +333,18 @@ class Run(Recorder):
             except Exception as exc:
                 if attempt > step.retries or not isinstance(exc, step.retry_on):
                     raise
+                failure = exc
             else:
                 return result
             finally:
                 CURRENT_STEP.reset(token)
-            await asyncio.sleep(retry_wait(step, attempt, _jitter_draw()))
+            delay = retry_wait(step, attempt, _jitter_draw())
+            if self._observed:
+                self._emit(StepRetried(self._run_id, step.name, attempt, failure, delay))
+            await asyncio.sleep(delay)
             attempt += 1
+            if self._observed:
+                self._began_step(position, attempt)
 
     def _finished(self, position: int, _task: object = None) -> None:
         self._tasks.pop(position, None)
@@ -311,6 +361,8 @@ class Run(Recorder):
         the run's context, so context variables it sets stay its own.
         """
         step = self._graph.steps[position]
+        if self._observed:
+            self._began_step(position)
         view = ContextView(self._graph, position, self._context, self._outputs)
         current = StepContext(self, step.name, self._run_id, 1, 1)
         try:
@@ -365,6 +417,8 @@ class Run(Recorder):
         own. Only `asyncio.current_task()` differs: it is the run's task.
         """
         self._running += 1
+        if self._observed:
+            self._began_step(position)
         try:
             await _InContext(self._step_task(position), self._caller_context.copy())
         except asyncio.CancelledError as exc:

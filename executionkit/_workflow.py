@@ -9,11 +9,13 @@ from executionkit._options import CheckpointFn, OnError, RunOptions, Schedule, U
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Mapping
+    from concurrent.futures import Executor
 
     from executionkit._checkpoint import WorkflowCheckpoint
     from executionkit._result import WorkflowResult
     from executionkit._step import Step
     from executionkit._types import TokenUsage
+    from executionkit.events import EventCallback
 
 
 class Workflow:
@@ -62,6 +64,8 @@ class Workflow:
         validate_json: bool = False,
         schedule: Schedule = "batch",
         max_concurrency: int | None = None,
+        on_event: EventCallback | None = None,
+        executor: Executor | None = None,
     ) -> WorkflowResult:
         """Run every step not yet recorded, checkpointing after each batch.
 
@@ -115,6 +119,19 @@ class Workflow:
                 one). Resume, failures and ``ctx`` behave the same.
             max_concurrency: At most this many steps run at once (for rate
                 limits), in either schedule; they start in declaration order.
+            on_event: Called with each `executionkit.events.Event` as the run
+                goes: run started or resumed, step started, finished, failed,
+                retried, skipped or invalidated, checkpoint taken, run finished
+                or failed. A plain function or a coroutine function (awaited in
+                order; ``run`` waits for it before returning). What it raises is
+                logged on the ``executionkit`` logger and never affects the run.
+            executor: A `concurrent.futures.Executor` to run plain-function
+                steps in: threads for blocking I/O, processes for CPU-bound
+                work, or a Dask client's ``get_executor()`` to spread steps over
+                a cluster. Async steps stay on the event loop, and checkpoints
+                are taken in this process. In a thread, ``current_step()`` works;
+                in other executors the step receives ``ctx`` as a plain dict,
+                and it and its values must be picklable.
 
         Returns:
             The outputs of every step and the total token usage.
@@ -151,6 +168,8 @@ class Workflow:
             validate_json=validate_json,
             schedule=schedule,
             max_concurrency=max_concurrency,
+            on_event=on_event,
+            executor=executor,
         )
         # asyncio (and with it ssl, subprocess, concurrent.futures) loads on the first
         # run, so that importing executionkit to read or write checkpoints stays cheap.
@@ -173,6 +192,8 @@ class Workflow:
         validate_json: bool = False,
         schedule: Schedule = "batch",
         max_concurrency: int | None = None,
+        on_event: EventCallback | None = None,
+        executor: Executor | None = None,
     ) -> WorkflowResult:
         """Run the workflow from synchronous code; see `run` for the arguments.
 
@@ -211,5 +232,7 @@ class Workflow:
                 validate_json=validate_json,
                 schedule=schedule,
                 max_concurrency=max_concurrency,
+                on_event=on_event,
+                executor=executor,
             )
         )

@@ -1,0 +1,195 @@
+"""Typed events describing a run as it happens, for ``Workflow.run(..., on_event=...)``.
+
+Every event is a frozen dataclass carrying the ``run_id``. A callback receives
+them in order; it may be a plain function or a coroutine function (awaited in
+order, on a task of the run's that never outlives it). An exception raised by
+the callback is logged on the ``executionkit`` logger and never affects the run.
+
+Example:
+    >>> from executionkit.events import StepFinished
+    >>> def show(event):
+    ...     if isinstance(event, StepFinished):
+    ...         print(event.step, event.cost.total_tokens)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from executionkit._types import TokenUsage
+
+__all__ = [
+    "CheckpointTaken",
+    "Event",
+    "EventCallback",
+    "RunFailed",
+    "RunFinished",
+    "RunStarted",
+    "StepFailed",
+    "StepFinished",
+    "StepInvalidated",
+    "StepRetried",
+    "StepSkipped",
+    "StepStarted",
+]
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base of all events.
+
+    Attributes:
+        run_id: The run the event belongs to.
+    """
+
+    run_id: str
+
+
+@dataclass(frozen=True)
+class RunStarted(Event):
+    """The run is about to start its first step (or has nothing left to do).
+
+    Attributes:
+        steps: Number of steps in the workflow.
+        recorded: Steps restored from ``resume_from``, which will not run.
+        resumed: Whether the run continues from a checkpoint.
+    """
+
+    steps: int
+    recorded: tuple[str, ...]
+    resumed: bool
+
+
+@dataclass(frozen=True)
+class StepSkipped(Event):
+    """A step is not run because the checkpoint resumed from records it.
+
+    Attributes:
+        step: The step's name.
+    """
+
+    step: str
+
+
+@dataclass(frozen=True)
+class StepInvalidated(Event):
+    """A recorded step will run again (or its saved progress was dropped).
+
+    Attributes:
+        step: The step's name.
+        reason: Why, as in `WorkflowResult.invalidated`.
+    """
+
+    step: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class StepStarted(Event):
+    """A step (or a retry of it) started.
+
+    Attributes:
+        step: The step's name.
+        attempt: 1 for the first attempt, 2 for the first retry, and so on.
+    """
+
+    step: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class StepRetried(Event):
+    """An attempt failed and the step will be tried again after ``delay`` seconds.
+
+    Attributes:
+        step: The step's name.
+        attempt: The attempt that failed.
+        error: What it raised.
+        delay: Seconds until the next attempt.
+    """
+
+    step: str
+    attempt: int
+    error: BaseException
+    delay: float
+
+
+@dataclass(frozen=True)
+class StepFinished(Event):
+    """A step completed and its output was recorded.
+
+    Attributes:
+        step: The step's name.
+        duration: Seconds from its start to its completion, retries included.
+        cost: The token usage its result reported.
+    """
+
+    step: str
+    duration: float
+    cost: TokenUsage
+
+
+@dataclass(frozen=True)
+class StepFailed(Event):
+    """A step failed on its last attempt (or its output could not be recorded).
+
+    Attributes:
+        step: The step's name.
+        duration: Seconds from its start to the failure.
+        error: What it raised.
+    """
+
+    step: str
+    duration: float
+    error: BaseException
+
+
+@dataclass(frozen=True)
+class CheckpointTaken(Event):
+    """``checkpoint_fn`` returned (or its awaitable finished) for a checkpoint.
+
+    Attributes:
+        seq: The checkpoint's ``seq``.
+        step_index: Number of steps it records.
+        new_outputs: Steps it records that the previous checkpoint did not.
+    """
+
+    seq: int
+    step_index: int
+    new_outputs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RunFinished(Event):
+    """Every step is recorded; ``run`` is about to return.
+
+    Attributes:
+        duration: Seconds the call of ``run`` took.
+        cost: Total token usage, restored usage included.
+        executed: Number of steps that ran in this call.
+    """
+
+    duration: float
+    cost: TokenUsage
+    executed: int
+
+
+@dataclass(frozen=True)
+class RunFailed(Event):
+    """``run`` is about to raise (a failure, budget, cancellation or interrupt).
+
+    Attributes:
+        duration: Seconds the call of ``run`` took.
+        error: The exception ``run`` raises.
+        invalidated: Steps whose recorded outputs were dropped on resume, with why.
+    """
+
+    duration: float
+    error: BaseException
+    invalidated: Mapping[str, str]
+
+
+EventCallback: TypeAlias = Callable[[Event], object]
+"""Receives each event; may return an awaitable, which is awaited in order."""
