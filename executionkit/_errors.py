@@ -52,8 +52,9 @@ class CheckpointFormatError(ExecutionKitError, ValueError):
 class CheckpointValueError(ExecutionKitError, ValueError):
     """A value bound for a checkpoint is not plain data.
 
-    Raised by `StepContext.save_progress`, and for a step's output when the run
-    has ``validate_json=True`` (the step then fails with it), when the value
+    Raised by `StepContext.save_progress`, for a step's output when the run has
+    ``validate_json=True`` (the step then fails with it), and by the stores of
+    `executionkit.stores` for a checkpoint they cannot write, when the value
     would not survive a JSON round trip equal: only dicts with str keys, lists,
     str, int, finite floats, bool and None are allowed. The message names the
     step and the path inside the value, such as ``['items'][3]['value']``.

@@ -211,7 +211,7 @@ class Recorder:
             self._callback_failed(event, exc)
             return
         if inspect.isawaitable(outcome):
-            self._queue_event(None, outcome)
+            self._queue_event(_Pending(event, outcome))
 
     def _callback_failed(self, event: object, error: Exception) -> None:
         """Report a failing on_event callback: the first time in full, then briefly."""
@@ -227,8 +227,8 @@ class Recorder:
         else:
             LOG.debug("executionkit: the on_event callback raised on %s", what, exc_info=error)
 
-    def _queue_event(self, event: Event | None, awaitable: Any = None) -> None:
-        self._pending_events.append(event if event is not None else _Pending(awaitable))
+    def _queue_event(self, item: Event | _Pending) -> None:
+        self._pending_events.append(item)
         if self._announcer is None or self._announcer.done():
             self._announcer = asyncio.get_running_loop().create_task(
                 self._announce(), context=self._caller_context
@@ -247,7 +247,7 @@ class Recorder:
                 if inspect.isawaitable(outcome):
                     await outcome
             except Exception as exc:  # noqa: BLE001 - a listener never breaks the run
-                self._callback_failed(item, exc)
+                self._callback_failed(item.event if isinstance(item, _Pending) else item, exc)
 
     def _storable(self, position: int, output: Any) -> Any:
         """The form of ``output`` that goes into checkpoints, checked if asked to."""
@@ -560,9 +560,10 @@ def _jitter_draw() -> float:
 class _Pending:
     """An awaitable a plain on_event callback returned, awaited in event order."""
 
-    __slots__ = ("awaitable",)
+    __slots__ = ("awaitable", "event")
 
-    def __init__(self, awaitable: Any) -> None:
+    def __init__(self, event: Event, awaitable: Any) -> None:
+        self.event = event
         self.awaitable = awaitable
 
 

@@ -61,6 +61,20 @@ async def _with_timeout(awaitable: Any, name: str, attempt: int, seconds: float)
         raise TimeoutError(msg) from None
 
 
+async def _finish_elsewhere(work: asyncio.Future[Any]) -> Any:
+    """Await work running in an executor, which a cancellation cannot stop.
+
+    A thread or a worker process cannot be interrupted, so run() must not return
+    while it still runs: wait for it even if cancelled. If it completed, its output
+    is returned (and so recorded and checkpointed: it was paid for); otherwise the
+    cancellation goes on.
+    """
+    cancelled = await wait_through(work)
+    if cancelled and (work.cancelled() or work.exception() is not None):
+        raise asyncio.CancelledError
+    return work.result()
+
+
 class _InContext:
     """Await a coroutine inside a given `contextvars.Context`, without a task.
 
@@ -155,7 +169,9 @@ class Run(Recorder):
         )
 
     def _announce_start(self) -> None:
-        self._emit(RunStarted(self._run_id, len(self._graph), self._skipped, self._resumed))
+        self._emit(
+            RunStarted(self._run_id, len(self._graph), self._skipped, self._resumed, self._cost)
+        )
         for name, reason in self._invalidated.items():
             self._emit(StepInvalidated(self._run_id, name, reason))
         for name in self._skipped:
@@ -311,10 +327,12 @@ class Run(Recorder):
         loop = asyncio.get_running_loop()
         if isinstance(executor, ThreadPoolExecutor):
             # A thread can run in a copy of this context: current_step() works there.
-            return loop.run_in_executor(executor, contextvars.copy_context().run, step.run, view)
-        # Processes and cluster workers get what can be pickled: the function and a plain
-        # dict of its ctx.
-        return loop.run_in_executor(executor, step.run, dict(view))
+            work = loop.run_in_executor(executor, contextvars.copy_context().run, step.run, view)
+        else:
+            # Processes and cluster workers get what can be pickled: the function and a
+            # plain dict of its ctx.
+            work = loop.run_in_executor(executor, step.run, dict(view))
+        return _finish_elsewhere(work)
 
     async def _attempts(self, position: int, step: Step, view: ContextView) -> Any:
         """The general case: a timeout per attempt, and retries with backoff."""
@@ -419,12 +437,18 @@ class Run(Recorder):
         self._running += 1
         if self._observed:
             self._began_step(position)
+        this = asyncio.current_task()
+        before = 0 if this is None else this.cancelling()
         try:
             await _InContext(self._step_task(position), self._caller_context.copy())
         except asyncio.CancelledError as exc:
-            this = asyncio.current_task()
             if this is not None and this.cancelling():  # run() itself was cancelled
                 self._interrupt = self._interrupt or exc
+        else:
+            if this is not None and this.cancelling() > before and self._interrupt is None:
+                # Cancelled while a step that cannot be interrupted (one in an executor)
+                # finished anyway: its output is recorded, then the cancellation goes on.
+                self._interrupt = asyncio.CancelledError()
 
     async def _wait(self) -> None:
         """Wait until a step finishes (or, in plain batch mode, all of them)."""

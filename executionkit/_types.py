@@ -102,3 +102,10 @@ class PatternResult(Generic[T]):
     def __str__(self) -> str:
         """Return ``str(value)``."""
         return str(self.value)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle with a plain dict for ``metadata`` (a read-only proxy cannot be pickled).
+
+        Steps run in a process pool or on a cluster return their results this way.
+        """
+        return (PatternResult, (self.value, self.score, self.cost, dict(self.metadata)))

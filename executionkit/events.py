@@ -15,7 +15,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeAlias
 
 from executionkit._types import TokenUsage
@@ -55,11 +55,13 @@ class RunStarted(Event):
         steps: Number of steps in the workflow.
         recorded: Steps restored from ``resume_from``, which will not run.
         resumed: Whether the run continues from a checkpoint.
+        cost: Token usage restored from that checkpoint (zero for a fresh run).
     """
 
     steps: int
     recorded: tuple[str, ...]
     resumed: bool
+    cost: TokenUsage = field(default_factory=TokenUsage)
 
 
 @dataclass(frozen=True)

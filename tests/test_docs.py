@@ -43,6 +43,12 @@ HOW_TO_PAGES = (
     "docs/how-to/progress-in-long-steps.md",
     "docs/how-to/change-a-workflow-with-saved-checkpoints.md",
     "docs/how-to/custom-output-types.md",
+    "docs/how-to/incremental-checkpoints.md",
+    "docs/how-to/store-checkpoints.md",
+    "docs/how-to/token-usage-from-llm-clients.md",
+    "docs/how-to/command-line.md",
+    "docs/how-to/watch-a-run.md",
+    "docs/how-to/run-steps-elsewhere.md",
 )
 OWNED_PAGES = (
     "docs/index.md",

@@ -1,0 +1,301 @@
+"""A console progress reporter for ``Workflow.run(..., on_event=...)``.
+
+`ConsoleProgress` turns the run's events into what a person watching wants to
+see: how many steps are done out of how many, which are running, how many
+failed, the time since the run started and the tokens spent. On a terminal it
+keeps one line up to date in place; anywhere else (a CI log, a file) it writes
+one plain line per step that finishes, fails or is retried, and a summary line
+at the end. It writes to standard error unless told otherwise.
+
+Example:
+    >>> from executionkit import Step, Workflow
+    >>> from executionkit.progress import ConsoleProgress
+    >>> workflow = Workflow([Step("hello", lambda ctx: "world")])
+    >>> result = workflow.run_sync(on_event=ConsoleProgress())
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from typing import TYPE_CHECKING, NamedTuple, TextIO
+
+from executionkit._errors import BudgetExceeded, WorkflowFailed
+from executionkit._types import TokenUsage
+from executionkit.events import (
+    Event,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    StepFailed,
+    StepFinished,
+    StepInvalidated,
+    StepRetried,
+    StepSkipped,
+    StepStarted,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["ConsoleProgress"]
+
+_PREFIX = "executionkit"
+_SHOWN_RUNNING = 3
+_MESSAGE_CHARS = 120
+
+
+class ConsoleProgress:
+    """Show a run's progress on a console; pass an instance as ``on_event``.
+
+    It counts steps done (restored from the checkpoint or finished in this
+    call) out of all steps, the steps running now (by name, in the order they
+    started), the steps that failed, the time since the run started and the
+    tokens spent, restored usage included. A status reads like this:
+
+        executionkit 12/40 done, 2 running (fetch, rank), 1 failed, 1m02s, 12,345 tokens in 8 calls
+
+    In live mode that status is one line rewritten in place (a carriage return,
+    then spaces over what is left of the previous text); run started, step
+    failed, retried and invalidated messages are written as lines of their own
+    above it, and the run's last event replaces it with a summary line ending
+    in a newline. In plain mode every message is a line of its own: the run
+    starting, each step invalidated, finished, retried or failed (with the
+    status after it), and a summary when the run finishes or fails.
+
+    The line only changes when an event arrives: during a long step the
+    elapsed time stands still. One instance follows one run at a time; a new
+    run (its ``RunStarted``) starts the counts afresh.
+
+    Args:
+        stream: Where to write; `sys.stderr` when omitted.
+        live: ``True`` for the single live line, ``False`` for plain lines,
+            ``None`` (default) for live exactly when ``stream`` is a terminal.
+        clock: Seconds as a float, for the elapsed time and step durations;
+            `time.monotonic` by default (tests pass a fake one).
+    """
+
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        *,
+        live: bool | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Write to ``stream`` (standard error by default), live or in plain lines."""
+        self._stream: TextIO = sys.stderr if stream is None else stream
+        self._tty = _is_terminal(self._stream)
+        self._live = self._tty if live is None else live
+        self._clock = clock
+        self._drawn = 0  # length of the live line on screen, 0 when there is none
+        self._reset()
+
+    def _reset(self) -> None:
+        self._run_id = ""
+        self._total = 0
+        self._done: set[str] = set()
+        self._running: dict[str, float] = {}  # name -> when its first attempt started
+        self._failed: set[str] = set()
+        self._cost = TokenUsage()
+        self._started: float | None = None
+
+    # --- the callback ---------------------------------------------------------------------
+
+    def __call__(self, event: Event) -> None:
+        """Take one event of the run into account and show the result."""
+        now = self._clock()
+        if self._started is None or isinstance(event, RunStarted):
+            self._reset()
+            self._started = now
+            self._run_id = event.run_id
+        line = self._apply(event, now)
+        if self._live:
+            if not isinstance(event, StepSkipped):  # the next event redraws soon enough
+                self._show_live(line, now)
+        elif line is not None:
+            text = f"{line.text}; {self._status(now)}" if line.status else line.text
+            self._write(f"{text}\n")
+
+    def _apply(self, event: Event, now: float) -> _Line | None:
+        """Update the counts; return what to say about ``event``, if anything."""
+        line: _Line | None = None
+        match event:
+            case RunStarted():
+                line = _Line(self._started_run(event))
+            case StepSkipped():
+                self._done.add(event.step)
+            case StepInvalidated():
+                line = _Line(f"{_PREFIX}: {event.step} invalidated: {event.reason}")
+            case StepStarted():
+                self._running.setdefault(event.step, now)
+            case StepRetried():
+                line = _Line(
+                    f"{_PREFIX}: {event.step} attempt {event.attempt} failed "
+                    f"({_error_text(event.error)}); retrying in {_duration(event.delay)}"
+                )
+            case StepFinished():
+                took = self._step_ended(event.step, now, event.duration)
+                self._done.add(event.step)
+                self._cost += event.cost
+                text = f"{_PREFIX}: {event.step} finished in {took}"
+                line = _Line(text, status=True, notable=False)
+            case StepFailed():
+                took = self._step_ended(event.step, now, event.duration)
+                self._failed.add(event.step)
+                error = _error_text(event.error)
+                text = f"{_PREFIX}: {event.step} failed after {took}: {error}"
+                line = _Line(text, status=True)
+            case RunFinished():
+                self._running.clear()
+                self._cost = event.cost
+                text = f"{_PREFIX}: run {self._run_id} finished"
+                line = _Line(text, status=True, final=True)
+            case RunFailed():
+                self._running.clear()
+                self._cost = _total_cost(event.error, self._cost)
+                ending = _ending_text(event.error)
+                text = f"{_PREFIX}: run {self._run_id} {ending}"
+                line = _Line(text, status=True, final=True)
+        return line  # CheckpointTaken and any later kinds: the status only
+
+    def _started_run(self, event: RunStarted) -> str:
+        self._total = event.steps
+        self._done.update(event.recorded)
+        restored: object = getattr(event, "cost", None)  # restored usage, where events carry it
+        if isinstance(restored, TokenUsage):
+            self._cost = restored
+        if event.resumed:
+            return (
+                f"{_PREFIX}: run {event.run_id} resumed: {len(event.recorded)}/{event.steps} "
+                f"steps recorded"
+            )
+        return f"{_PREFIX}: run {event.run_id} started: {_count(event.steps, 'step')}"
+
+    def _step_ended(self, step: str, now: float, reported: float) -> str:
+        began = self._running.pop(step, None)
+        return _duration(reported if began is None else now - began)
+
+    # --- text -----------------------------------------------------------------------------
+
+    def _status(self, now: float) -> str:
+        """``12/40 done, 2 running (a, b), 1 failed, 1m02s, 12,345 tokens in 8 calls``."""
+        parts = [f"{len(self._done)}/{self._total} done"]
+        if self._running:
+            names = list(self._running)
+            shown = ", ".join(names[:_SHOWN_RUNNING])
+            if len(names) > _SHOWN_RUNNING:
+                shown += f", +{len(names) - _SHOWN_RUNNING} more"
+            parts.append(f"{len(names)} running ({shown})")
+        if self._failed:
+            parts.append(f"{len(self._failed)} failed")
+        parts.append(_duration(0.0 if self._started is None else now - self._started))
+        cost = self._cost
+        if cost.total_tokens or cost.llm_calls:
+            parts.append(
+                f"{_count(cost.total_tokens, 'token')} in {_count(cost.llm_calls, 'call')}"
+            )
+        return ", ".join(parts)
+
+    # --- writing --------------------------------------------------------------------------
+
+    def _show_live(self, line: _Line | None, now: float) -> None:
+        if line is not None and line.final:
+            self._write(f"{self._over_live(f'{line.text}; {self._status(now)}')}\n")
+            self._drawn = 0
+            return
+        text = ""
+        if line is not None and line.notable:  # a line of its own, above the live line
+            text = f"{self._over_live(line.text)}\n"
+            self._drawn = 0
+        status = self._fit(f"{_PREFIX} {self._status(now)}")
+        self._write(f"{text}{self._over_live(status)}")
+        self._drawn = len(status)
+
+    def _over_live(self, text: str) -> str:
+        """``text`` drawn over the live line: back to its start, blanks over the rest."""
+        if not self._drawn:
+            return text
+        return f"\r{text}{' ' * max(0, self._drawn - len(text))}"
+
+    def _fit(self, status: str) -> str:
+        """Cut the live line to the terminal's width, so it never wraps."""
+        if not self._tty:
+            return status
+        try:
+            width = os.get_terminal_size(self._stream.fileno()).columns
+        except (AttributeError, OSError, ValueError):
+            return status
+        if width > 1 and len(status) >= width:
+            return status[: width - 4] + "..."
+        return status
+
+    def _write(self, text: str) -> None:
+        self._stream.write(text)
+        self._stream.flush()
+
+
+class _Line(NamedTuple):
+    """What to say about one event."""
+
+    text: str
+    status: bool = False  # followed by the status (in plain lines, and always when final)
+    notable: bool = True  # a line of its own in live mode too
+    final: bool = False  # the run's last word: replaces the live line for good
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, OSError, ValueError):  # closed or file-like without isatty
+        return False
+
+
+def _duration(seconds: float) -> str:
+    """``0.4s`` and ``9.9s`` under ten seconds, then ``42s``, ``1m02s``, ``2h05m09s``."""
+    seconds = max(0.0, seconds)
+    if seconds < 10:  # noqa: PLR2004 - tenths where they matter
+        return f"{math.floor(seconds * 10) / 10:.1f}s"
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m{secs:02d}s"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number:,} {noun}" if number == 1 else f"{number:,} {noun}s"
+
+
+def _error_text(error: BaseException) -> str:
+    """``ValueError: bad input``: the first line of the message, cut to a readable length."""
+    lines = str(error).strip().splitlines()
+    first = lines[0] if lines else ""
+    if len(first) > _MESSAGE_CHARS:
+        first = first[: _MESSAGE_CHARS - 3] + "..."
+    name = type(error).__name__
+    return f"{name}: {first}" if first else name
+
+
+def _ending_text(error: BaseException) -> str:
+    """How the run ended, for the summary line."""
+    if isinstance(error, BudgetExceeded):
+        return "stopped: budget reached"
+    if isinstance(error, WorkflowFailed):
+        return "failed: WorkflowFailed"
+    if not isinstance(error, Exception):  # CancelledError, KeyboardInterrupt, SystemExit
+        return f"interrupted: {type(error).__name__}"
+    return f"failed: {_error_text(error)}"
+
+
+def _total_cost(error: BaseException, fallback: TokenUsage) -> TokenUsage:
+    """The run's total usage, restored usage included, where the error carries it."""
+    if isinstance(error, BudgetExceeded):
+        return error.usage
+    if isinstance(error, WorkflowFailed):
+        return error.checkpoint.cost
+    return fallback

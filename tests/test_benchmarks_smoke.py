@@ -1,0 +1,72 @@
+"""The benchmark suite runs on a tiny size. Timings are never asserted: they are not pass/fail."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_quick_run_prints_the_tables_and_saves_the_results(tmp_path: Path) -> None:
+    """`run.py --quick --peers none` exits 0, prints rows for us and the baseline, writes files."""
+    raw_file = tmp_path / "results.json"
+    markdown_file = tmp_path / "results.md"
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "run.py"),
+        "--quick",
+        "--peers",
+        "none",
+        "--json",
+        str(raw_file),
+        "--markdown",
+        str(markdown_file),
+    ]
+    # A session of its own, so that a hang is cleaned up with every process it started.
+    with subprocess.Popen(  # noqa: S603 - our own interpreter and script
+        command,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    ) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            raise
+    assert process.returncode == 0, stderr
+    lines = stdout.splitlines()
+    assert "| shape | steps | executionkit | hand-written asyncio |" in lines
+    for shape in ("chain", "wide", "layered"):
+        for size in (20, 60):
+            assert any(line.startswith(f"| {shape} | {size} | ") for line in lines), (shape, size)
+    for heading in ("### Makespan", "### Peak memory (wide runs)", "### Import time"):
+        assert heading in lines
+    assert markdown_file.read_text(encoding="utf-8") == stdout
+
+    raw = json.loads(raw_file.read_text(encoding="utf-8"))
+    assert [impl["key"] for impl in raw["implementations"]] == ["executionkit", "baseline"]
+    speed = raw["speed"]
+    assert len(speed) == 3 * 2 * 2
+    assert {m["status"] for m in speed} == {"ok"}, [m for m in speed if m["status"] != "ok"]
+    checkpoints = {(m["impl"], m["shape"], m["steps"]): m["checkpoints"] for m in speed}
+    for impl in ("executionkit", "baseline"):
+        # One checkpoint per batch: n for a chain, one for wide, one per layer of 10.
+        assert checkpoints[impl, "chain", 60] == 60
+        assert checkpoints[impl, "wide", 60] == 1
+        assert checkpoints[impl, "layered", 60] == 6
+    assert set(raw["makespan"]["runs_s"]) == {"batch", "eager"}
+    assert [(m["impl"], m["steps"]) for m in raw["memory"]] == [
+        ("executionkit", 1000),
+        ("executionkit", 2000),
+        ("baseline", 1000),
+        ("baseline", 2000),
+    ]
+    assert "executionkit" in raw["importtime"]["new_modules"]

@@ -1,0 +1,1010 @@
+"""The command line: ``run``, ``inspect`` and ``graph``, driven as a user would.
+
+Most tests run twice through the ``cli`` fixture: as a real subprocess
+(``python -m executionkit ...``, which is what users get) and in-process through
+``main()`` (the same code, measured by coverage). Both give the exit code,
+stdout and stderr. The workflow they run is ``examples/cli_workflow.py``, or a
+module written into the test's temporary folder, which is the working directory.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from executionkit import TokenUsage, Workflow, WorkflowCheckpoint
+from executionkit import _cli as cli_module
+from executionkit._cli import main
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+DOC = ROOT / "docs" / "how-to" / "command-line.md"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one command did."""
+
+    code: int
+    out: str
+    err: str
+
+
+def _subprocess_env() -> dict[str, str]:
+    path = os.pathsep.join([str(ROOT), str(EXAMPLES)])
+    return {**os.environ, "PYTHONPATH": path, "PYTHONIOENCODING": "utf-8"}
+
+
+def run_subprocess(cwd: Path, *args: str) -> Outcome:
+    done = subprocess.run(  # noqa: S603 - our own interpreter
+        [sys.executable, "-m", "executionkit", *args],
+        cwd=cwd,
+        env=_subprocess_env(),
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=60,
+        check=False,
+    )
+    return Outcome(done.returncode, done.stdout, done.stderr)
+
+
+@pytest.fixture
+def clean_modules(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Forget the workflow modules a test imported: tests reuse names in different folders.
+
+    Only modules from the temporary folders and examples/ go; anything else imported
+    meanwhile (a stdlib module loaded for the first time) must stay the one object.
+    """
+    before = set(sys.modules)
+    path = list(sys.path)
+    yield
+    roots = (tmp_path_factory.getbasetemp().resolve(), EXAMPLES)
+    for name in set(sys.modules) - before:
+        file = getattr(sys.modules[name], "__file__", None)
+        if file is not None and any(Path(file).resolve().is_relative_to(r) for r in roots):
+            del sys.modules[name]
+    sys.path[:] = path
+
+
+@pytest.fixture(params=["subprocess", "in-process"])
+def cli(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    clean_modules: None,
+) -> Callable[..., Outcome]:
+    """Run ``executionkit ARGS`` with the temporary folder as working directory."""
+    if request.param == "subprocess":
+        return lambda *args: run_subprocess(tmp_path, *args)
+
+    def in_process(*args: str) -> Outcome:
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setattr(sys, "path", [str(EXAMPLES), *sys.path])
+        importlib.invalidate_caches()
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse usage errors
+            code = exc.code if isinstance(exc.code, int) else 1
+        captured = capsys.readouterr()
+        return Outcome(code, captured.out, captured.err)
+
+    return in_process
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def read_checkpoint(path: Path) -> WorkflowCheckpoint:
+    return WorkflowCheckpoint.from_dict(json.loads(path.read_text(encoding="utf-8")))
+
+
+NO_LANG = "ValueError: no dictionary for language 'xx' (known: de, es, fr)"
+TEXT = "--input=text=The cat sat"
+
+# --- run ------------------------------------------------------------------------------------
+
+
+def test_run_fails_saves_and_resumes_with_the_input_fixed(
+    cli: Callable[..., Outcome], tmp_path: Path
+) -> None:
+    """Exit 1 with the failure summarised and a checkpoint; the rerun resumes and exits 0."""
+    args = ("run", "cli_workflow:workflow", "--checkpoint", "run.json", TEXT)
+    failed = cli(*args, "--input", "lang=xx")
+    assert failed.code == 1
+    assert failed.out == ""
+    assert failed.err.splitlines()[-2:] == [
+        f"executionkit: step translate failed: {NO_LANG}",
+        (
+            "executionkit: checkpoint saved to run.json (seq 2, 2 of 4 steps recorded); run "
+            "again with the same --checkpoint to resume"
+        ),
+    ]
+    saved = read_checkpoint(tmp_path / "run.json")
+    assert dict(saved.outputs) == {"words": ["the", "cat", "sat"], "count": 3}
+    assert dict(saved.errors) == {"translate": NO_LANG}
+    assert dict(saved.metadata) == {"workflow": "cli_workflow:workflow"}
+    assert saved.context_keys == ("lang", "text")
+
+    done = cli(*args, "--input", "lang=fr")
+    assert done.code == 0, done.err
+    outputs = {
+        "words": ["the", "cat", "sat"],
+        "count": 3,
+        "translate": "le chat s'assit",
+        "report": {"words": 3, "translation": "le chat s'assit"},
+    }
+    assert json.loads(done.out) == outputs
+    final = read_checkpoint(tmp_path / "run.json")
+    assert dict(final.outputs) == outputs
+    assert (final.run_id, final.seq, final.errors) == (saved.run_id, 4, {})
+    # count ran once (120 in) and translate once (150 in): nothing was paid for twice.
+    assert final.cost == TokenUsage(270, 34, 2)
+    assert dict(final.metadata) == {"workflow": "cli_workflow:workflow"}
+
+    again = cli(*args, "--input", "lang=fr")
+    assert (again.code, json.loads(again.out)) == (0, outputs)
+    assert read_checkpoint(tmp_path / "run.json") == final
+
+
+def test_run_without_a_checkpoint_prints_the_outputs_and_writes_nothing(
+    cli: Callable[..., Outcome], tmp_path: Path
+) -> None:
+    done = cli("run", "cli_workflow:build", "--input", "text=the cat", "--input", "lang=de")
+    assert done.code == 0, done.err
+    assert json.loads(done.out)["report"] == {"words": 2, "translation": "die Katze"}
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failure_without_a_checkpoint_says_nothing_was_saved(
+    cli: Callable[..., Outcome],
+) -> None:
+    failed = cli("run", "cli_workflow:workflow", TEXT, "--input", "lang=xx")
+    assert failed.code == 1
+    assert failed.err.splitlines()[-2:] == [
+        f"executionkit: step translate failed: {NO_LANG}",
+        "executionkit: nothing was saved; pass --checkpoint FILE to keep the steps that completed",
+    ]
+
+
+def test_progress_goes_to_stderr(cli: Callable[..., Outcome]) -> None:
+    """The console reporter writes plain lines to stderr (not a terminal), none to stdout."""
+    done = cli("run", "cli_workflow:workflow", TEXT, "--input", "lang=es")
+    assert done.code == 0
+    assert "executionkit: run " in done.err
+    assert "4/4 done" in done.err.splitlines()[-1]
+    assert "executionkit" not in done.out
+
+
+TYPED = """\
+from executionkit import Step, Workflow
+
+def show(ctx):
+    return {"n": ctx["n"], "type": type(ctx["n"]).__name__, "name": ctx["name"]}
+
+workflow = Workflow([Step("show", show)])
+"""
+
+
+@pytest.mark.parametrize(
+    ("inputs", "flags", "expected"),
+    [
+        ({"n": 3, "name": "file"}, (), {"n": 3, "type": "int", "name": "file"}),
+        (
+            {"n": [1, 2], "name": "file"},
+            ("--input", "name=flag"),
+            {"n": [1, 2], "type": "list", "name": "flag"},
+        ),
+        ({"name": "file"}, ("--input", "n=3"), {"n": "3", "type": "str", "name": "file"}),
+        ({}, ("--input", "n=a=b", "--input", "name="), {"n": "a=b", "type": "str", "name": ""}),
+    ],
+)
+def test_inputs_are_strings_and_inputs_json_gives_typed_values(
+    cli: Callable[..., Outcome],
+    tmp_path: Path,
+    inputs: dict[str, Any],
+    flags: tuple[str, ...],
+    expected: dict[str, Any],
+) -> None:
+    """--input VALUE stays a string (split at the first '='); --input wins over the file."""
+    write(tmp_path, "typed.py", TYPED)
+    write(tmp_path, "inputs.json", json.dumps(inputs))
+    done = cli("run", "typed:workflow", "--inputs-json", "inputs.json", *flags)
+    assert done.code == 0, done.err
+    assert json.loads(done.out) == {"show": expected}
+
+
+UNSTORABLE = """\
+from executionkit import Step, Workflow
+
+workflow = Workflow([
+    Step("fine", lambda ctx: "kept"),
+    Step("odd", lambda ctx: {1, 2}, depends_on=("fine",)),
+])
+"""
+
+
+def test_an_output_json_cannot_hold_fails_its_step_and_keeps_the_rest(
+    cli: Callable[..., Outcome], tmp_path: Path
+) -> None:
+    """With --checkpoint, outputs are checked as they are recorded (validate_json)."""
+    write(tmp_path, "unstorable.py", UNSTORABLE)
+    failed = cli("run", "unstorable:workflow", "--checkpoint", "run.json")
+    assert failed.code == 1
+    assert failed.err.splitlines()[-2].startswith(
+        "executionkit: step odd failed: CheckpointValueError: "
+    )
+    assert dict(read_checkpoint(tmp_path / "run.json").outputs) == {"fine": "kept"}
+
+
+def test_resuming_from_another_workflows_checkpoint_is_refused_and_the_file_kept(
+    cli: Callable[..., Outcome], tmp_path: Path
+) -> None:
+    other = WorkflowCheckpoint(step_index=1, outputs={"alpha": 1}, cost=TokenUsage(), seq=1)
+    path = write(tmp_path, "run.json", json.dumps(other.to_dict()))
+    before = path.read_bytes()
+    refused = cli("run", "cli_workflow:workflow", "--checkpoint", "run.json", TEXT)
+    assert refused.code == 2
+    assert refused.err == (
+        "executionkit: error: checkpoint records outputs of steps this workflow does not "
+        "have: 'alpha' (a checkpoint of another workflow, or renamed steps); pass "
+        "unknown_steps='discard' to drop them\n"
+    )
+    assert path.read_bytes() == before
+
+
+def test_resuming_needs_the_same_input_keys(cli: Callable[..., Outcome]) -> None:
+    """Checkpoints keep input names, never values: a resume must pass them again."""
+    args = ("run", "cli_workflow:workflow", "--checkpoint", "run.json", TEXT)
+    assert cli(*args, "--input", "lang=xx").code == 1
+    refused = cli(*args)
+    assert refused.code == 2
+    assert refused.err == (
+        "executionkit: error: initial_context lacks keys the checkpoint was run with: "
+        "'lang'; checkpoints never store context values, so pass them again\n"
+    )
+
+
+def test_a_checkpoint_that_cannot_be_saved_is_exit_1(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    clean_modules: None,
+) -> None:
+    """A storage failure stops the run: exit 1, saying what failed and what was saved."""
+    from executionkit.stores import JsonFileStore  # noqa: PLC0415
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+
+    def full(self: JsonFileStore, checkpoint: WorkflowCheckpoint) -> None:
+        msg = "No space left on device"
+        raise OSError(msg)
+
+    monkeypatch.setattr(JsonFileStore, "__call__", full)
+    code = main(
+        ["run", "cli_workflow:workflow", "--checkpoint", "run.json", TEXT, "--input=lang=fr"]
+    )
+    assert code == 1
+    assert capsys.readouterr().err.splitlines()[-2:] == [
+        (
+            "executionkit: could not save the checkpoint to run.json: OSError: No space left on "
+            "device"
+        ),
+        "executionkit: nothing was saved to run.json",
+    ]
+
+
+STOP = """\
+from executionkit import Step, Workflow
+
+def stop(ctx):
+    raise KeyboardInterrupt
+
+workflow = Workflow([
+    Step("first", lambda ctx: "one"),
+    Step("stop", stop, depends_on=("first",)),
+])
+"""
+
+
+def test_an_interrupt_saves_what_completed_and_exits_130(
+    cli: Callable[..., Outcome], tmp_path: Path
+) -> None:
+    """A KeyboardInterrupt inside the run (here raised by a step) is exit 130 and one line."""
+    write(tmp_path, "stop.py", STOP)
+    outcome = cli("run", "stop:workflow", "--checkpoint", "run.json")
+    assert (outcome.code, outcome.out) == (130, "")
+    assert outcome.err.splitlines()[-1] == (
+        "executionkit: interrupted; checkpoint saved to run.json (seq 1, 1 of 2 steps "
+        "recorded); run again with the same --checkpoint to resume"
+    )
+    assert "Traceback" not in outcome.err
+    assert dict(read_checkpoint(tmp_path / "run.json").outputs) == {"first": "one"}
+    bare = cli("run", "stop:workflow")
+    assert (bare.code, bare.err.splitlines()[-1]) == (
+        130,
+        (
+            "executionkit: interrupted; nothing was saved; pass --checkpoint FILE to keep the "
+            "steps that completed"
+        ),
+    )
+
+
+def test_ctrl_c_outside_the_run_is_exit_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(args: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(cli_module._COMMANDS, "inspect", interrupted)
+    assert main(["inspect", "run.json"]) == 130
+    assert capsys.readouterr().err == "executionkit: interrupted\n"
+
+
+def test_an_unexpected_error_of_the_run_is_not_hidden(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_modules: None
+) -> None:
+    """Only bad input becomes one line; anything else (a bug) keeps its traceback."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+
+    def broken(self: Workflow, *args: object, **kwargs: object) -> None:
+        msg = "a bug"
+        raise RuntimeError(msg)
+
+    monkeypatch.setattr(Workflow, "run_sync", broken)
+    for flags in ((), ("--checkpoint", "run.json")):
+        with pytest.raises(RuntimeError, match=r"^a bug$"):
+            main(["run", "cli_workflow:workflow", *flags])
+
+
+def test_demo_through_main(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--no-delay"]) == 0
+    assert "-> exact" in capsys.readouterr().out
+
+
+HANG = """\
+import asyncio
+import sys
+
+from executionkit import Step, Workflow
+
+async def quick(ctx):
+    return "two"
+
+async def hang(ctx):
+    sys.stderr.write("HANGING\\n")
+    sys.stderr.flush()
+    await asyncio.Event().wait()
+
+workflow = Workflow([
+    Step("first", lambda ctx: "one"),
+    Step("quick", quick, depends_on=("first",)),
+    Step("hang", hang, depends_on=("first",)),
+    Step("last", lambda ctx: "never", depends_on=("quick", "hang")),
+])
+"""
+
+
+def test_ctrl_c_saves_what_completed_and_exits_130(tmp_path: Path) -> None:
+    """SIGINT while a step waits: the finished steps are checkpointed, exit 130, one line."""
+    write(tmp_path, "hang.py", HANG)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "executionkit", "run", "hang:workflow", "--checkpoint", "run.json"],
+        cwd=tmp_path,
+        env=_subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        encoding="utf-8",
+    )
+    watchdog = threading.Timer(30, process.kill)  # never let a broken run hang the suite
+    watchdog.start()
+    try:
+        assert process.stderr is not None
+        before: list[str] = []
+        while (line := process.stderr.readline()) not in ("", "HANGING\n"):
+            before.append(line)
+        assert line == "HANGING\n", "".join(before)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+    finally:
+        watchdog.cancel()
+    assert process.returncode == 130, err
+    assert out == ""
+    assert err.splitlines()[-1] == (
+        "executionkit: interrupted; checkpoint saved to run.json (seq 2, 2 of 4 steps "
+        "recorded); run again with the same --checkpoint to resume"
+    )
+    assert "Traceback" not in err
+    saved = read_checkpoint(tmp_path / "run.json")
+    assert dict(saved.outputs) == {"first": "one", "quick": "two"}
+    assert saved.seq == 2
+
+
+# --- bad input ------------------------------------------------------------------------------
+
+SHAPES = """\
+number = 42
+things = {object}
+
+def make_nothing():
+    return None
+
+def make_fails():
+    raise RuntimeError("no config\\nsecond line")
+"""
+
+BAD_INPUT: list[tuple[tuple[str, ...], dict[str, str | bytes], str]] = [
+    (
+        ("run", "nomod:workflow"),
+        {},
+        "no module named 'nomod' (looked in the current directory and on PYTHONPATH)",
+    ),
+    (
+        ("run", "nopkg.sub:workflow"),
+        {},
+        "no module named 'nopkg.sub' (looked in the current directory and on PYTHONPATH)",
+    ),
+    (("run", "cli_workflow:nope"), {}, "module 'cli_workflow' has no attribute 'nope'"),
+    (
+        ("run", "cli_workflow"),
+        {},
+        "'cli_workflow' is not MODULE:ATTR (for example my_pipeline:workflow)",
+    ),
+    (
+        ("run", ":workflow"),
+        {},
+        "':workflow' is not MODULE:ATTR (for example my_pipeline:workflow)",
+    ),
+    (("run", "a:b:c"), {}, "'a:b:c' is not MODULE:ATTR (for example my_pipeline:workflow)"),
+    (
+        ("graph", "shapes:number"),
+        {"shapes.py": SHAPES},
+        "shapes:number is int 42, not a Workflow or a function returning one",
+    ),
+    (
+        ("graph", "shapes:things"),
+        {"shapes.py": SHAPES},
+        "shapes:things is set {<class 'object'>}, not a Workflow or a function returning one",
+    ),
+    (
+        ("run", "shapes:make_nothing"),
+        {"shapes.py": SHAPES},
+        "shapes:make_nothing() returned NoneType, not a Workflow",
+    ),
+    (
+        ("run", "shapes:make_fails"),
+        {"shapes.py": SHAPES},
+        "calling shapes:make_fails() failed: RuntimeError: no config",
+    ),
+    (
+        ("graph", "broken:workflow"),
+        {"broken.py": "raise ValueError('bad module')\n"},
+        "importing 'broken' failed: ValueError: bad module",
+    ),
+    (
+        ("run", "needs:workflow"),
+        {"needs.py": "import not_installed_anywhere_xyz\n"},
+        (
+            "importing 'needs' failed: ModuleNotFoundError: No module named "
+            "'not_installed_anywhere_xyz'"
+        ),
+    ),
+    (
+        ("run", "syntax:workflow"),
+        {"syntax.py": "def (:\n"},
+        "importing 'syntax' failed: SyntaxError: invalid syntax (syntax.py, line 1)",
+    ),
+    (("run", "cli_workflow:workflow", "--input", "lang"), {}, "--input 'lang' is not KEY=VALUE"),
+    (("run", "cli_workflow:workflow", "--input", "=fr"), {}, "--input '=fr' is not KEY=VALUE"),
+    (
+        ("run", "cli_workflow:workflow", "--input", "a=1", "--input", "a=2"),
+        {},
+        "--input 'a' is given twice",
+    ),
+    (
+        ("run", "cli_workflow:workflow", "--input", "words=x"),
+        {},
+        (
+            "initial_context keys collide with step names: 'words'; a step's output and a "
+            "context value cannot share a ctx key, so rename them"
+        ),
+    ),
+    (
+        ("run", "cli_workflow:workflow", "--inputs-json", "missing.json"),
+        {},
+        "--inputs-json missing.json: no such file",
+    ),
+    (
+        ("run", "cli_workflow:workflow", "--inputs-json", "in.json"),
+        {"in.json": "lang=fr\n"},
+        "--inputs-json in.json: not JSON (Expecting value: line 1 column 1 (char 0))",
+    ),
+    (
+        ("run", "cli_workflow:workflow", "--inputs-json", "in.json"),
+        {"in.json": b'{"lang": "\xff"}'},
+        "--inputs-json in.json: cannot read: not UTF-8 text",
+    ),
+    (
+        ("run", "cli_workflow:workflow", "--inputs-json", "in.json"),
+        {"in.json": '["lang", "fr"]'},
+        "--inputs-json in.json: must hold a JSON object of input names to values, got list",
+    ),
+    (
+        ("run", "cli_workflow:workflow", "--checkpoint", str(Path("nodir", "run.json"))),
+        {},
+        f"--checkpoint {Path('nodir', 'run.json')}: folder nodir does not exist",
+    ),
+    (
+        ("run", "cli_workflow:workflow", "--checkpoint", "run.json"),
+        {"run.json": "not json"},
+        "run.json: not a checkpoint file: invalid JSON at line 1 column 1 (Expecting value)",
+    ),
+    (("inspect", "missing.json"), {}, "missing.json: no such file"),
+    (
+        ("inspect", "empty.json"),
+        {"empty.json": ""},
+        "empty.json: holds no checkpoint (the file is empty)",
+    ),
+    (
+        ("inspect", "list.json"),
+        {"list.json": "[1, 2]"},
+        "list.json: checkpoint data must be a dict, got list [1, 2]",
+    ),
+    (
+        ("inspect", "cp.json"),
+        {"cp.json": '{"version": 2, "outputs": {}}'},
+        "cp.json: checkpoint field 'context_keys' is missing",
+    ),
+    (
+        ("inspect", "cp.json", "--workflow", "nomod:workflow"),
+        {"cp.json": json.dumps(WorkflowCheckpoint(0, {}, TokenUsage()).to_dict())},
+        "no module named 'nomod' (looked in the current directory and on PYTHONPATH)",
+    ),
+    (
+        ("graph", "cli_workflow:workflow", "--checkpoint", "missing.json"),
+        {},
+        "missing.json: no such file",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "files", "message"), BAD_INPUT, ids=[" ".join(case[0]) for case in BAD_INPUT]
+)
+def test_bad_input_is_one_error_line_and_exit_2(
+    cli: Callable[..., Outcome],
+    tmp_path: Path,
+    args: tuple[str, ...],
+    files: dict[str, str | bytes],
+    message: str,
+) -> None:
+    for name, content in files.items():
+        if isinstance(content, bytes):
+            (tmp_path / name).write_bytes(content)
+        else:
+            write(tmp_path, name, content)
+    outcome = cli(*args)
+    assert (outcome.code, outcome.out, outcome.err) == (2, "", f"executionkit: error: {message}\n")
+
+
+def test_a_folder_given_as_a_checkpoint_file_is_bad_input(
+    cli: Callable[..., Outcome], tmp_path: Path
+) -> None:
+    (tmp_path / "folder").mkdir()
+    outcome = cli("inspect", "folder")
+    assert (outcome.code, outcome.out) == (2, "")
+    assert re.fullmatch(r"executionkit: error: folder: cannot read: .+\n", outcome.err)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        (),
+        ("run",),
+        ("inspect",),
+        ("graph", "cli_workflow:workflow", "--format", "svg"),
+        ("run", "cli_workflow:workflow", "--checkpoint"),
+        ("explode",),
+    ],
+)
+def test_usage_errors_exit_2_with_argparse_usage(
+    cli: Callable[..., Outcome], args: tuple[str, ...]
+) -> None:
+    outcome = cli(*args)
+    assert (outcome.code, outcome.out) == (2, "")
+    assert outcome.err.startswith("usage: executionkit")
+    assert "Traceback" not in outcome.err
+
+
+def test_help_lists_the_commands_and_exit_codes(cli: Callable[..., Outcome]) -> None:
+    outcome = cli("--help")
+    assert outcome.code == 0
+    for word in ("demo", "run", "inspect", "graph", "130  interrupted"):
+        assert word in outcome.out
+
+
+# --- inspect --------------------------------------------------------------------------------
+
+FIXED = WorkflowCheckpoint(
+    step_index=2,
+    outputs={"words": ["the", "cat", "sat"], "count": 3},
+    cost=TokenUsage(120, 4, 1),
+    run_id="run-1",
+    seq=2,
+    context_keys=("lang", "text"),
+    errors={"translate": NO_LANG},
+    created_at="2025-01-02T03:04:05+00:00",
+    metadata={"workflow": "cli_workflow:workflow"},
+    progress={"translate": {"done": 1}},
+)
+
+INSPECT_TEXT = """\
+file        run.json
+format      version 2
+run_id      run-1
+seq         2
+created_at  2025-01-02T03:04:05+00:00
+metadata    {"workflow": "cli_workflow:workflow"}
+context     lang, text (key names only, never values)
+tokens      120 in + 4 out = 124 tokens, 1 LLM call
+steps       2 recorded (--workflow MODULE:ATTR shows the total)
+failed      translate: ValueError: no dictionary for language 'xx' (known: de, es, fr)
+progress    translate: {"done": 1}
+outputs
+  words  ["the", "cat", "sat"]
+  count  3
+"""
+
+
+def test_inspect_shows_the_checkpoint(cli: Callable[..., Outcome], tmp_path: Path) -> None:
+    write(tmp_path, "run.json", json.dumps(FIXED.to_dict()))
+    outcome = cli("inspect", "run.json")
+    assert (outcome.code, outcome.err) == (0, "")
+    assert outcome.out == INSPECT_TEXT
+
+
+def test_inspect_with_the_workflow_shows_total_and_pending(
+    cli: Callable[..., Outcome], tmp_path: Path
+) -> None:
+    write(tmp_path, "run.json", json.dumps(FIXED.to_dict()))
+    outcome = cli("inspect", "run.json", "--workflow", "cli_workflow:workflow")
+    assert (outcome.code, outcome.err) == (0, "")
+    expected = INSPECT_TEXT.replace(
+        "steps       2 recorded (--workflow MODULE:ATTR shows the total)\n",
+        "steps       2 of 4 recorded\npending     translate, report\n",
+    )
+    assert outcome.out == expected
+
+
+def test_inspect_json(cli: Callable[..., Outcome], tmp_path: Path) -> None:
+    write(tmp_path, "run.json", json.dumps(FIXED.to_dict()))
+    outcome = cli("inspect", "run.json", "--json", "--workflow", "cli_workflow:workflow")
+    assert (outcome.code, outcome.err) == (0, "")
+    assert json.loads(outcome.out) == {
+        "file": "run.json",
+        "version": 2,
+        "run_id": "run-1",
+        "seq": 2,
+        "created_at": "2025-01-02T03:04:05+00:00",
+        "metadata": {"workflow": "cli_workflow:workflow"},
+        "context_keys": ["lang", "text"],
+        "cost": {"input_tokens": 120, "output_tokens": 4, "llm_calls": 1},
+        "recorded": ["words", "count"],
+        "total": 4,
+        "pending": ["translate", "report"],
+        "unknown": [],
+        "failed": {"translate": NO_LANG},
+        "progress": {"translate": '{"done": 1}'},
+        "outputs": {"words": '["the", "cat", "sat"]', "count": "3"},
+    }
+    without = json.loads(cli("inspect", "run.json", "--json").out)
+    assert (without["total"], without["pending"], without["unknown"]) == (None, None, None)
+
+
+def test_inspect_an_executionkit_04_checkpoint(
+    cli: Callable[..., Outcome], tmp_path: Path
+) -> None:
+    legacy = {
+        "step_index": 1,
+        "outputs": {"a": "x" * 100},
+        "cost": {"input_tokens": 1, "output_tokens": 2, "llm_calls": 1},
+    }
+    write(tmp_path, "old.json", json.dumps(legacy))
+    outcome = cli("inspect", "old.json")
+    assert outcome.code == 0
+    lines = outcome.out.splitlines()
+    assert lines[1:5] == [
+        "format      version 0 (ExecutionKit 0.4)",
+        "run_id      -",
+        "seq         0",
+        "created_at  -",
+    ]
+    assert lines[-1] == f'  a  "{"x" * 56}...'
+    assert len(lines[-1]) == 2 + 1 + 2 + 60
+
+
+EVIL = """\
+from pathlib import Path
+
+from executionkit import Step, Workflow
+
+Path("imported.marker").write_text("the module ran")
+workflow = Workflow([Step("words", lambda ctx: [])])
+"""
+
+
+def test_inspect_never_imports_or_evaluates_anything(
+    cli: Callable[..., Outcome], tmp_path: Path
+) -> None:
+    """Outputs that look like code are printed; the module named in metadata is not imported."""
+    payload = "__import__('os').system('touch pwned')"
+    checkpoint = WorkflowCheckpoint(
+        step_index=2,
+        outputs={"words": payload, "payload\n\x1b[2J": "\x1b[31mred\u202e"},
+        cost=TokenUsage(),
+        metadata={"workflow": "evil:workflow"},
+    )
+    write(tmp_path, "evil.py", EVIL)
+    write(tmp_path, "run.json", json.dumps(checkpoint.to_dict()))
+    for flags in ((), ("--json",)):
+        outcome = cli("inspect", "run.json", *flags)
+        assert (outcome.code, outcome.err) == (0, "")
+        assert "evil:workflow" in outcome.out
+        assert not (tmp_path / "imported.marker").exists()
+        assert not (tmp_path / "pwned").exists()
+    text = cli("inspect", "run.json").out
+    # Names are aligned to the longest shown name, '"payload\n\u001b[2J"' (20 characters).
+    assert "  words" + " " * 17 + f'"{payload}"' in text.splitlines()
+    # Control characters are shown escaped: the output cannot drive the terminal.
+    assert all(line.isprintable() for line in text.splitlines())
+    assert '  "payload\\n\\u001b[2J"  "\\u001b[31mred\\u202e"' in text.splitlines()
+    # The control: with --workflow the module is imported, as documented.
+    shown = cli("inspect", "run.json", "--workflow", "evil:workflow")
+    assert shown.code == 0
+    assert (tmp_path / "imported.marker").exists()
+    assert (
+        'unknown     "payload\\n\\u001b[2J" (recorded, but not a step of the workflow)'
+        in shown.out.splitlines()
+    )
+
+
+# --- graph ----------------------------------------------------------------------------------
+
+MERMAID = """\
+flowchart TD
+    s0["words"]
+    s1["count"]
+    s2["translate"]
+    s3["report"]
+    s0 --> s1
+    s0 --> s2
+    s1 --> s3
+    s2 --> s3
+"""
+MERMAID_STYLES = """\
+    classDef done fill:#d3f9d8,stroke:#2b8a3e,color:#1b4332
+    classDef failed fill:#ffe3e3,stroke:#c92a2a,color:#5c0011
+    classDef pending fill:#f1f3f5,stroke:#868e96,color:#343a40
+    class s0,s1 done
+    class s2 failed
+    class s3 pending
+"""
+DOT = """\
+digraph workflow {
+    rankdir=TB;
+    node [shape=box, style="rounded"];
+    n0 [label="words"];
+    n1 [label="count"];
+    n2 [label="translate"];
+    n3 [label="report"];
+    n0 -> n1;
+    n0 -> n2;
+    n1 -> n3;
+    n2 -> n3;
+}
+"""
+DOT_MARKED = """\
+digraph workflow {
+    rankdir=TB;
+    node [shape=box, style="rounded,filled"];
+    n0 [label="words", fillcolor="#d3f9d8"];
+    n1 [label="count", fillcolor="#d3f9d8"];
+    n2 [label="translate", fillcolor="#ffe3e3"];
+    n3 [label="report", fillcolor="#f1f3f5"];
+    n0 -> n1;
+    n0 -> n2;
+    n1 -> n3;
+    n2 -> n3;
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ((), MERMAID),
+        (("--format", "mermaid", "--checkpoint", "run.json"), MERMAID + MERMAID_STYLES),
+        (("--format", "dot"), DOT),
+        (("--checkpoint", "run.json", "--format", "dot"), DOT_MARKED),
+    ],
+)
+def test_graph_output_is_exact(
+    cli: Callable[..., Outcome], tmp_path: Path, flags: tuple[str, ...], expected: str
+) -> None:
+    write(tmp_path, "run.json", json.dumps(FIXED.to_dict()))
+    outcome = cli("graph", "cli_workflow:workflow", *flags)
+    assert (outcome.code, outcome.err) == (0, "")
+    assert outcome.out == expected
+
+
+ODD_NAMES = """\
+from executionkit import Step, Workflow
+
+workflow = Workflow([
+    Step('say "hi"', lambda ctx: 1),
+    Step("a#b<c>\\\\d", lambda ctx: 2, depends_on=('say "hi"',)),
+    Step("alone", lambda ctx: 3),
+])
+"""
+
+
+@pytest.mark.parametrize(
+    ("fmt", "expected"),
+    [
+        (
+            "mermaid",
+            (
+                'flowchart TD\n    s0["say #quot;hi#quot;"]\n    s1["a#35;b#lt;c#gt;\\d"]\n'
+                '    s2["alone"]\n    s0 --> s1\n'
+            ),
+        ),
+        (
+            "dot",
+            (
+                'digraph workflow {\n    rankdir=TB;\n    node [shape=box, style="rounded"];\n'
+                '    n0 [label="say \\"hi\\""];\n    n1 [label="a#b<c>\\\\d"];\n'
+                '    n2 [label="alone"];\n    n0 -> n1;\n}\n'
+            ),
+        ),
+    ],
+)
+def test_graph_quotes_names_that_would_break_the_syntax(
+    cli: Callable[..., Outcome], tmp_path: Path, fmt: str, expected: str
+) -> None:
+    write(tmp_path, "odd.py", ODD_NAMES)
+    outcome = cli("graph", "odd:workflow", "--format", fmt)
+    assert (outcome.code, outcome.out) == (0, expected)
+
+
+def test_graph_warns_about_recorded_steps_the_workflow_lacks(
+    cli: Callable[..., Outcome], tmp_path: Path
+) -> None:
+    checkpoint = WorkflowCheckpoint(2, {"words": [], "gone": 1}, TokenUsage())
+    write(tmp_path, "run.json", json.dumps(checkpoint.to_dict()))
+    outcome = cli("graph", "cli_workflow:workflow", "--checkpoint", "run.json")
+    assert outcome.code == 0
+    assert outcome.err == (
+        "executionkit: warning: run.json records steps cli_workflow:workflow does not have: gone\n"
+    )
+    assert "    class s0 done\n    class s1,s2,s3 pending\n" in outcome.out
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path: Path) -> None:
+    """``executionkit inspect FILE --json | head -1``: no traceback when the pipe closes."""
+    write(tmp_path, "run.json", json.dumps(FIXED.to_dict()))
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before anything is written
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "executionkit", "inspect", "run.json", "--json"],
+            cwd=tmp_path,
+            env=_subprocess_env(),
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (141, "")
+
+
+def test_a_broken_pipe_sends_the_rest_of_stdout_nowhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In-process view of the same: stdout is pointed at the null device, exit 141."""
+
+    def reader_gone(args: object) -> int:
+        raise BrokenPipeError
+
+    monkeypatch.setitem(cli_module._COMMANDS, "inspect", reader_gone)
+    with (tmp_path / "stdout").open("w", encoding="utf-8") as stdout:
+        monkeypatch.setattr(sys, "stdout", stdout)
+        assert main(["inspect", "run.json"]) == 141
+        stdout.write("written after the pipe broke\n")
+    assert (tmp_path / "stdout").read_text(encoding="utf-8") == ""
+
+
+# --- how it is installed --------------------------------------------------------------------
+
+
+def test_the_console_script_imports_from_the_current_directory(tmp_path: Path) -> None:
+    """The ``executionkit`` script finds modules in the working directory, as ``-m`` does.
+
+    A console script's ``sys.path[0]`` is its own folder, not the working
+    directory; the wrapper here is what pip generates for the entry point.
+    """
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    module, _, function = scripts["project"]["scripts"]["executionkit"].partition(":")
+    bin_folder = tmp_path / "bin"
+    bin_folder.mkdir()
+    wrapper = write(
+        bin_folder,
+        "executionkit",
+        f"import sys\nfrom {module} import {function}\nsys.exit({function}())\n",
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    write(work, "here.py", TYPED)
+    done = subprocess.run(  # noqa: S603 - our own interpreter
+        [sys.executable, str(wrapper), "graph", "here:workflow"],
+        cwd=work,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, 'flowchart TD\n    s0["show"]\n', "")
+
+
+# --- the how-to page shows what the commands print ------------------------------------------
+
+
+def _fenced(markdown: str, lang: str) -> list[str]:
+    return re.findall(rf"^```{lang}\n(.*?)^```$", markdown, flags=re.MULTILINE | re.DOTALL)
+
+
+def test_the_how_to_shows_the_example_module_verbatim() -> None:
+    assert (EXAMPLES / "cli_workflow.py").read_text(encoding="utf-8") in _fenced(
+        DOC.read_text(encoding="utf-8"), "python"
+    )
+
+
+def test_the_how_to_graph_is_what_graph_prints_after_the_failed_run(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    clean_modules: None,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    run = ["run", "cli_workflow:workflow", "--checkpoint", "run.json", TEXT, "--input=lang=xx"]
+    assert main(run) == 1
+    capsys.readouterr()
+    assert main(["graph", "cli_workflow:workflow", "--checkpoint", "run.json"]) == 0
+    printed = capsys.readouterr().out
+    assert _fenced(DOC.read_text(encoding="utf-8"), "mermaid") == [printed]

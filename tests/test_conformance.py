@@ -1,0 +1,510 @@
+"""The conformance kit: the built-in stores pass it; broken stores fail it, saying why."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from executionkit import WorkflowCheckpoint
+from executionkit.conformance import (
+    RUN_ID,
+    Load,
+    Save,
+    StoreConformanceError,
+    check_store,
+    check_store_async,
+)
+from executionkit.stores import JsonFileStore, JsonLinesStore, SQLiteStore, StaleCheckpointError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
+STALE_HINT = (
+    "; a store must ignore or refuse (raise) a checkpoint whose seq is not newer than the "
+    "stored one of its run"
+)
+
+
+def _copy(data: dict[str, Any]) -> dict[str, Any]:
+    copied: dict[str, Any] = json.loads(json.dumps(data))
+    return copied
+
+
+class MemoryStore:
+    """A correct store in memory that ignores stale checkpoints; subclasses break one thing."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, Any] | None = None
+
+    def save(self, checkpoint: WorkflowCheckpoint) -> None:
+        if self.data is None or checkpoint.seq > self.data["seq"]:
+            self.data = _copy(checkpoint.to_dict())
+
+    def load(self) -> WorkflowCheckpoint | None:
+        return None if self.data is None else WorkflowCheckpoint.from_dict(self.data)
+
+
+def pairs(kind: Callable[[], MemoryStore]) -> Callable[[], tuple[Save, Load]]:
+    def make_store() -> tuple[Save, Load]:
+        store = kind()
+        return store.save, store.load
+
+    return make_store
+
+
+# --- the built-in stores -----------------------------------------------------------------
+
+
+def _factory(tmp_path: Path, make: Callable[[Path], Any]) -> Callable[[], tuple[Save, Load]]:
+    numbers = itertools.count()
+
+    def make_store() -> tuple[Save, Load]:
+        store = make(tmp_path / f"store-{next(numbers)}")
+        return store, store.load
+
+    return make_store
+
+
+BUILT_IN: list[tuple[str, Callable[[Path], Any]]] = [
+    ("json-file", JsonFileStore),
+    ("json-lines", JsonLinesStore),
+    ("sqlite", SQLiteStore),
+    ("sqlite-history", lambda path: SQLiteStore(path, history=True)),
+]
+
+
+@pytest.mark.parametrize("make", [make for _, make in BUILT_IN], ids=[n for n, _ in BUILT_IN])
+def test_every_built_in_store_passes_the_kit(tmp_path: Path, make: Callable[[Path], Any]) -> None:
+    """They refuse stale checkpoints with StaleCheckpointError, which the kit checks for."""
+    check_store(_factory(tmp_path, make), stale_error=StaleCheckpointError)
+
+
+@pytest.mark.parametrize("make", [make for _, make in BUILT_IN], ids=[n for n, _ in BUILT_IN])
+async def test_the_async_kit_accepts_async_wrappers(
+    tmp_path: Path, make: Callable[[Path], Any]
+) -> None:
+    """Stores used as `lambda cp: asyncio.to_thread(store, cp)` pass check_store_async."""
+    numbers = itertools.count()
+
+    def make_store() -> tuple[Save, Load]:
+        store = make(tmp_path / f"store-{next(numbers)}")
+        return (
+            lambda checkpoint: asyncio.to_thread(store, checkpoint),
+            lambda: asyncio.to_thread(store.load),
+        )
+
+    await check_store_async(make_store, stale_error=StaleCheckpointError)
+
+
+def test_a_store_that_ignores_stale_checkpoints_passes() -> None:
+    """Ignoring is as good as refusing: saving returns and the newer checkpoint stays."""
+    check_store(pairs(MemoryStore))
+    check_store(pairs(MemoryStore), stale_error=StaleCheckpointError)
+
+
+async def test_the_async_kit_accepts_plain_functions_too() -> None:
+    await check_store_async(pairs(MemoryStore))
+
+
+def test_a_store_keyed_by_run_binds_the_kit_run_id(tmp_path: Path) -> None:
+    """Every checkpoint the kit saves carries RUN_ID; a keyed store binds it in load."""
+    numbers = itertools.count()
+    seen: list[str | None] = []
+
+    def make_store() -> tuple[Save, Load]:
+        store = SQLiteStore(tmp_path / f"{next(numbers)}.db")
+
+        def save(checkpoint: WorkflowCheckpoint) -> None:
+            seen.append(checkpoint.run_id)
+            store(checkpoint)
+
+        return save, lambda: store.load(RUN_ID)
+
+    check_store(make_store, stale_error=StaleCheckpointError)
+    assert set(seen) == {RUN_ID}
+    assert len(seen) > 20
+
+
+# --- broken stores fail, naming the property -----------------------------------------------
+
+
+class ReturnsEmptyDict(MemoryStore):
+    def load(self) -> Any:
+        return {} if self.data is None else super().load()
+
+
+class LastWriterWins(MemoryStore):
+    def save(self, checkpoint: WorkflowCheckpoint) -> None:
+        self.data = _copy(checkpoint.to_dict())
+
+
+class AcceptsEqualSeq(MemoryStore):
+    def save(self, checkpoint: WorkflowCheckpoint) -> None:
+        if self.data is None or checkpoint.seq >= self.data["seq"]:
+            self.data = _copy(checkpoint.to_dict())
+
+
+class KeepsFirstCopy(MemoryStore):
+    """Caches what it loaded first and keeps returning it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cached: WorkflowCheckpoint | None = None
+
+    def load(self) -> WorkflowCheckpoint | None:
+        if self.cached is None:
+            self.cached = super().load()
+        return self.cached
+
+
+class WritesOnlyNewOutputs(MemoryStore):
+    """A naive append-only store: trusts new_outputs even in fresh storage."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.outputs: dict[str, Any] = {}
+        self.info: dict[str, Any] = {}
+
+    def save(self, checkpoint: WorkflowCheckpoint) -> None:
+        if self.data is not None and checkpoint.seq <= self.data["seq"]:
+            return
+        data = _copy(checkpoint.to_dict())
+        for name in checkpoint.new_outputs:
+            self.outputs[name] = data["outputs"][name]
+            self.info[name] = data["step_info"][name]
+        data["outputs"] = dict(self.outputs)
+        data["step_info"] = {
+            n: i for n, i in {**self.info, **data["step_info"]}.items() if n in data["progress"]
+        } | {n: self.info[n] for n in self.outputs}
+        data["step_index"] = len(self.outputs)
+        self.data = data
+
+
+class NeverDropsOutputs(MemoryStore):
+    """Merges outputs into what it holds, so outputs a rerun dropped come back."""
+
+    def save(self, checkpoint: WorkflowCheckpoint) -> None:
+        if self.data is not None and checkpoint.seq <= self.data["seq"]:
+            return
+        data = _copy(checkpoint.to_dict())
+        if self.data is not None:
+            data["outputs"] = {**self.data["outputs"], **data["outputs"]}
+            data["step_info"] = {**self.data["step_info"], **data["step_info"]}
+            data["step_index"] = len(data["outputs"])
+        self.data = data
+
+
+class LosesMetadata(MemoryStore):
+    def save(self, checkpoint: WorkflowCheckpoint) -> None:
+        super().save(checkpoint)
+        assert self.data is not None
+        self.data["metadata"] = {}
+
+
+class ReturnsTheDict(MemoryStore):
+    def load(self) -> Any:
+        return self.data
+
+
+class RaisesOnDuplicates(MemoryStore):
+    """Refuses every checkpoint that is not newer, the very same one included."""
+
+    def save(self, checkpoint: WorkflowCheckpoint) -> None:
+        if self.data is not None and checkpoint.seq <= self.data["seq"]:
+            raise StaleCheckpointError(
+                "strict", checkpoint.run_id, checkpoint.seq, self.data["seq"]
+            )
+        super().save(checkpoint)
+
+
+class RefusesWithTheWrongError(MemoryStore):
+    def save(self, checkpoint: WorkflowCheckpoint) -> None:
+        if self.data is not None and checkpoint.seq < self.data["seq"]:
+            msg = "older"
+            raise RuntimeError(msg)
+        super().save(checkpoint)
+
+
+class WedgesAfterRefusing(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused = False
+
+    def save(self, checkpoint: WorkflowCheckpoint) -> None:
+        if self.refused or (self.data is not None and checkpoint.seq <= self.data["seq"]):
+            self.refused = True
+            raise StaleCheckpointError("wedged", checkpoint.run_id, checkpoint.seq, 0)
+        super().save(checkpoint)
+
+
+SHARED: dict[str, Any] = {}
+
+
+class SharesItsStorage(MemoryStore):
+    """A factory that hands out the same storage every time: not fresh, not empty."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.data = SHARED.get("data")
+
+    def save(self, checkpoint: WorkflowCheckpoint) -> None:
+        super().save(checkpoint)
+        SHARED["data"] = self.data
+
+
+class ForgetsEverything(MemoryStore):
+    def save(self, checkpoint: WorkflowCheckpoint) -> None:
+        pass
+
+
+class AddsMetadata(MemoryStore):
+    def save(self, checkpoint: WorkflowCheckpoint) -> None:
+        super().save(checkpoint)
+        assert self.data is not None
+        self.data["metadata"]["stored_by"] = "me"
+
+
+class LoadRaisesWhenEmpty(MemoryStore):
+    def load(self) -> WorkflowCheckpoint | None:
+        if self.data is None:
+            msg = "no such key"
+            raise KeyError(msg)
+        return super().load()
+
+
+REFUSED = (
+    "written by another writer or before this run resumed from an older checkpoint; resume "
+    "from the store's load() instead"
+)
+FIRST = "after saving the first checkpoint of a run (seq 1) to empty storage"
+BROKEN: list[tuple[str, type[MemoryStore], str, str]] = [
+    (
+        "empty-dict",
+        ReturnsEmptyDict,
+        "nothing saved",
+        "nothing saved: on empty storage, load() returned {}, expected None",
+    ),
+    (
+        "load-raises",
+        LoadRaisesWhenEmpty,
+        "nothing saved",
+        "nothing saved: on empty storage: load() raised KeyError: 'no such key'",
+    ),
+    (
+        "forgets",
+        ForgetsEverything,
+        "round trip",
+        f"round trip: {FIRST}, load() returned None",
+    ),
+    (
+        "adds-metadata",
+        AddsMetadata,
+        "round trip",
+        (
+            f"round trip: {FIRST}, load() returned a checkpoint whose 'metadata' has "
+            f"'stored_by', which was not saved"
+        ),
+    ),
+    (
+        "new-outputs-only",
+        WritesOnlyNewOutputs,
+        "round trip",
+        (
+            "round trip: after saving a finished run's checkpoint (seq 4) to empty storage, "
+            "load() returned a checkpoint whose 'step_index' is 1, expected 5"
+        ),
+    ),
+    (
+        "loses-metadata",
+        LosesMetadata,
+        "round trip",
+        f"round trip: {FIRST}, load() returned a checkpoint whose 'metadata' lacks 'job'",
+    ),
+    (
+        "returns-dict",
+        ReturnsTheDict,
+        "round trip",
+        (
+            f"round trip: {FIRST}, load() returned {{'version': 2, 'run_id': "
+            f"'executionkit-conformance', 'seq': 1, 'step_index': ..., not a WorkflowCheckpoint"
+        ),
+    ),
+    (
+        "stale-copy",
+        KeepsFirstCopy,
+        "latest wins",
+        "latest wins: after saving seq 2 of a run, load() returned seq=1, expected seq=2",
+    ),
+    (
+        "last-writer-wins",
+        LastWriterWins,
+        "stale writer",
+        (
+            "stale writer: after saving seq 1, 2, 3 then the stale seq 2 again, load() "
+            "returned seq=2, expected seq=3" + STALE_HINT
+        ),
+    ),
+    (
+        "equal-seq-overwrites",
+        AcceptsEqualSeq,
+        "stale writer",
+        (
+            "stale writer: after saving seq 1, 2, 3 then another worker's different checkpoint "
+            "with seq 3, load() returned a checkpoint whose 'outputs'['d'] is "
+            "'report (another worker): 4 items', expected 'report: 4 items'" + STALE_HINT
+        ),
+    ),
+    (
+        "wrong-error",
+        RefusesWithTheWrongError,
+        "stale writer",
+        (
+            "stale writer: after saving seq 1, 2, 3 then the stale seq 2 again: save(seq=2) "
+            "raised RuntimeError: older; expected it to return or raise StaleCheckpointError"
+        ),
+    ),
+    (
+        "wedged",
+        WedgesAfterRefusing,
+        "stale writer",
+        (
+            "stale writer: after refusing stale checkpoints, then saving seq 4: save(seq=4) "
+            "raised StaleCheckpointError: wedged: refused checkpoint seq=4 of run "
+            f"'executionkit-conformance': the store already holds seq=0 of that run, {REFUSED}"
+        ),
+    ),
+    (
+        "duplicates-refused",
+        RaisesOnDuplicates,
+        "same checkpoint twice",
+        (
+            "same checkpoint twice: after saving seq 1 again: save(seq=1) raised "
+            "StaleCheckpointError: strict: refused checkpoint seq=1 of run "
+            "'executionkit-conformance': the store already holds a different checkpoint with "
+            f"seq=1 of that run, {REFUSED}"
+        ),
+    ),
+    (
+        "never-drops",
+        NeverDropsOutputs,
+        "resumed run",
+        (
+            "resumed run: after saving seq 5 of that run resumed with rerun=['c'], load() "
+            "returned a checkpoint whose 'step_index' is 5, expected 3"
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "message"),
+    [(kind, name, message) for _, kind, name, message in BROKEN],
+    ids=[case for case, *_ in BROKEN],
+)
+def test_a_broken_store_fails_with_the_property_it_breaks(
+    kind: type[MemoryStore], name: str, message: str
+) -> None:
+    SHARED.clear()
+    with pytest.raises(StoreConformanceError) as caught:
+        check_store(pairs(kind), stale_error=StaleCheckpointError)
+    assert caught.value.property == name
+    assert isinstance(caught.value, AssertionError)
+    assert str(caught.value) == message
+
+
+async def test_the_async_kit_fails_broken_stores_the_same_way() -> None:
+    with pytest.raises(
+        StoreConformanceError,
+        match=re.escape(
+            "latest wins: after saving seq 2 of a run, load() returned seq=1, expected seq=2"
+        ),
+    ):
+        await check_store_async(pairs(KeepsFirstCopy))
+
+
+def test_without_stale_error_any_exception_counts_as_refusing() -> None:
+    """The default stale_error=Exception accepts a store that refuses with its own error."""
+    check_store(pairs(RefusesWithTheWrongError))
+
+
+def test_storage_that_is_not_fresh_fails_nothing_saved() -> None:
+    """The first scenario saves into shared storage; the next one finds it not empty."""
+    SHARED.clear()
+    with pytest.raises(StoreConformanceError) as caught:
+        check_store(pairs(SharesItsStorage))
+    assert str(caught.value) == (
+        "round trip: after saving a failed run's checkpoint (with errors and progress) (seq 4) "
+        "to empty storage, load() returned a checkpoint whose 'step_index' is 5, expected 3"
+    )
+    with pytest.raises(StoreConformanceError) as caught:
+        check_store(pairs(SharesItsStorage))
+    assert str(caught.value) == (
+        "nothing saved: on empty storage, load() returned the checkpoint with seq=4, expected None"
+    )
+
+
+def test_the_sync_kit_names_an_async_save() -> None:
+    store = MemoryStore()
+
+    async def save(checkpoint: WorkflowCheckpoint) -> None:
+        store.save(checkpoint)
+
+    with pytest.raises(TypeError) as caught:
+        check_store(lambda: (save, store.load))
+    assert str(caught.value) == (
+        "test_the_sync_kit_names_an_async_save.<locals>.save() returned an awaitable; check "
+        "async stores with 'await check_store_async(...)'"
+    )
+
+
+def test_the_sync_kit_refuses_async_stores() -> None:
+    async def save(checkpoint: WorkflowCheckpoint) -> None:
+        pass
+
+    async def load() -> None:
+        return None
+
+    with pytest.raises(TypeError) as caught:
+        check_store(lambda: (save, load))
+    assert str(caught.value) == (
+        "test_the_sync_kit_refuses_async_stores.<locals>.load() returned an awaitable; check "
+        "async stores with 'await check_store_async(...)'"
+    )
+
+
+async def test_the_sync_kit_refuses_to_run_inside_an_event_loop() -> None:
+    with pytest.raises(RuntimeError) as caught:
+        check_store(pairs(MemoryStore))
+    assert str(caught.value) == (
+        "check_store() cannot run while an event loop is running in this thread; use "
+        "'await check_store_async(...)' instead"
+    )
+
+
+def test_a_factory_that_returns_no_pair_is_reported() -> None:
+    with pytest.raises(StoreConformanceError) as caught:
+        check_store(lambda: None)  # type: ignore[arg-type,return-value]
+    assert str(caught.value) == (
+        "nothing saved: make_store() must return a (save, load) pair: TypeError: cannot "
+        "unpack non-iterable NoneType object"
+    )
+
+
+def test_each_scenario_gets_fresh_storage() -> None:
+    """make_store is called once per scenario, so state never leaks between them."""
+    made: list[MemoryStore] = []
+
+    def make_store() -> tuple[Save, Load]:
+        store = MemoryStore()
+        made.append(store)
+        return store.save, store.load
+
+    check_store(make_store)
+    assert len(made) == 10
+    assert len({id(store) for store in made}) == 10
