@@ -161,6 +161,9 @@ class Frontier:
     def __init__(self, graph: Graph, done: set[int]) -> None:
         """Start with the steps in ``done`` already complete."""
         self._graph = graph
+        if not done:  # a fresh run: every dependency is still to come
+            self._waiting = [len(deps) for deps in graph.dependencies]
+            return
         self._waiting = [
             -1 if i in done else sum(1 for dep in deps if dep not in done)
             for i, deps in enumerate(graph.dependencies)

@@ -164,11 +164,14 @@ class Recorder:
             cost = result.cost
             self._cost += cost  # spent, whether or not the output can be recorded
             result = result.value
-        try:
-            stored = self._storable(position, result)
-        except Exception as exc:  # noqa: BLE001 - an unrecordable output fails its step
-            self._landed_error(position, exc)
-            return
+        if self._validate_json or self._graph.steps[position].encode is not None:
+            try:
+                stored = self._storable(position, result)
+            except Exception as exc:  # noqa: BLE001 - an unrecordable output fails its step
+                self._landed_error(position, exc)
+                return
+        else:
+            stored = result
         self._landed[position] = (result, stored)
         if self._progress:
             self._progress.pop(self._graph.names[position], None)

@@ -293,9 +293,12 @@ class Run(Recorder):
         try:
             if step.retries == 0 and step.timeout is None:
                 # The common case, kept lean: one attempt, nothing to time.
-                token = CURRENT_STEP.set(StepContext(self, step.name, self._run_id, 1, 1))
+                token = CURRENT_STEP.set((self, step.name, self._run_id, 1, 1))
                 try:
-                    result = self._call(position, step, view)
+                    if self._executor is None:
+                        result = step.run(view)
+                    else:
+                        result = self._call(position, step, view)
                     if type(result) is CoroutineType or inspect.isawaitable(result):
                         result = await result
                 finally:

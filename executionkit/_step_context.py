@@ -87,7 +87,11 @@ class StepContext:
         )
 
 
-CURRENT_STEP: ContextVar[StepContext] = ContextVar("executionkit_current_step")
+# The runner stores the StepContext's arguments (cheaper on every step than building it);
+# current_step() builds the object when a step asks.
+CURRENT_STEP: ContextVar[StepContext | tuple[Any, str, str, int, int]] = ContextVar(
+    "executionkit_current_step"
+)
 
 
 def current_step() -> StepContext:
@@ -97,10 +101,13 @@ def current_step() -> StepContext:
         RuntimeError: If called outside a running step.
     """
     try:
-        return CURRENT_STEP.get()
+        current = CURRENT_STEP.get()
     except LookupError:
         msg = (
             "executionkit.current_step() was called outside a running step; call it from "
             "inside a step's run function"
         )
         raise RuntimeError(msg) from None
+    if isinstance(current, StepContext):
+        return current
+    return StepContext(*current)
