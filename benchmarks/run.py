@@ -13,11 +13,12 @@ pydantic-graph, each in a virtual environment the suite makes under
 latency DAG in batch and eager mode, peak memory of wide runs, and import time.
 Every measurement runs in a fresh process (see `bench_harness`).
 
-Options: ``--sizes 100,1000``, ``--repeat 5`` (median of that many runs),
-``--peers all|none|executionkit04,langgraph,pydantic-graph``, ``--quick`` (tiny
-sizes and one run: a smoke run), ``--json FILE`` (raw results),
-``--markdown FILE`` (the report), ``--parts speed,makespan,memory,import``,
-``--budget`` and ``--timeout`` (seconds; see the report's header).
+Options: ``--sizes 100,1000``, ``--shapes chain,wide``, ``--repeat 5`` (median
+of that many runs), ``--peers all|none|executionkit04,langgraph,pydantic-graph``,
+``--quick`` (tiny sizes, one short run each: a smoke run), ``--json FILE`` (raw
+results), ``--markdown FILE`` (the report), ``--parts speed,makespan,memory,import``,
+``--rev REV`` (measure a commit instead of the working tree), ``--budget`` and
+``--timeout`` (seconds; see the report's header).
 Benchmarks are not part of the test suite's pass/fail.
 """
 
@@ -63,7 +64,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default="all",
         help=f"all, none, or a comma-separated subset of {','.join(venvs.PEERS)}",
     )
-    parser.add_argument("--quick", action="store_true", help="tiny sizes and one run")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, one short run each")
     parser.add_argument("--json", type=Path, help="write the raw results to this file")
     parser.add_argument("--markdown", type=Path, help="write the report to this file")
     parser.add_argument(
