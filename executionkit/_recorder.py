@@ -543,23 +543,6 @@ class Recorder:
         return BudgetExceeded(self._latest(), self._cost, self._budget)
 
 
-async def _with_timeout(awaitable: Any, name: str, attempt: int, seconds: float) -> Any:
-    try:
-        async with asyncio.timeout(seconds) as scope:
-            return await awaitable
-    except TimeoutError:
-        if not scope.expired():
-            raise  # the step's own TimeoutError, not ours
-        msg = f"step {name!r} attempt {attempt} timed out after {seconds:g} s"
-        raise TimeoutError(msg) from None
-
-
-def _jitter_draw() -> float:
-    import random  # noqa: PLC0415 - only retrying steps pay for the import
-
-    return random.random()  # noqa: S311 - jitter, not cryptography
-
-
 class _Pending:
     """An awaitable a plain on_event callback returned, awaited in event order."""
 

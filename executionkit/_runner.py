@@ -46,10 +46,6 @@ def _call_as(current: StepContext, run: Any, view: ContextView) -> Any:
     return run(view)
 
 
-async def _awaited(awaitable: Any) -> Any:
-    return await awaitable
-
-
 async def _with_timeout(awaitable: Any, name: str, attempt: int, seconds: float) -> Any:
     try:
         async with asyncio.timeout(seconds) as scope:
@@ -404,7 +400,7 @@ class Run(Recorder):
 
     async def _await_returned(self, position: int, awaitable: Any) -> None:
         try:
-            result = await _awaited(awaitable)
+            result = await awaitable
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - a step's failure is data here
