@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from executionkit._errors import CheckpointFormatError
 from executionkit._types import TokenUsage
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 FORMAT_VERSION = 2
 """The checkpoint format version this library writes (and the newest it reads).
@@ -384,12 +387,91 @@ def _read_context_keys(value: object) -> tuple[str, ...]:
     return tuple(value)
 
 
-def trusted_checkpoint(**fields: Any) -> WorkflowCheckpoint:
+def trusted_checkpoint(fields: dict[str, Any]) -> WorkflowCheckpoint:
     """Build a checkpoint without validation, from values the runner guarantees.
 
     Validation walks every output, which would make each checkpoint cost
     O(workflow size); the runner's values are correct by construction.
+    ``fields`` becomes the instance's ``__dict__`` as it is (not copied). It
+    holds every field, except that the fields `_Deferred` computes may be left
+    out in favour of the private keys they are computed from.
     """
     checkpoint = object.__new__(WorkflowCheckpoint)
-    checkpoint.__dict__.update(fields)
+    object.__setattr__(checkpoint, "__dict__", fields)
     return checkpoint
+
+
+def utc_timestamp(ns: int) -> str:
+    """``ns`` nanoseconds since the epoch as UTC ISO-8601 with microseconds."""
+    seconds, rest = divmod(ns, 1_000_000_000)
+    moment = datetime.fromtimestamp(seconds, UTC).replace(microsecond=rest // 1000)
+    return moment.isoformat(timespec="microseconds")
+
+
+_NO_DEFAULT: Any = object()
+
+
+class _Deferred:
+    """A field that a checkpoint taken by a run computes the first time it is read.
+
+    A run takes a checkpoint after every batch, and most of them are stored or
+    dropped without their ``outputs`` ever being read as a mapping. Such a
+    checkpoint is built (`trusted_checkpoint`) with the append-only output log
+    it was taken from, its length and the clock instead of its views and
+    timestamp; the first read computes the field, stores it in the instance and
+    returns it, so later reads are plain attribute reads and the value never
+    changes. Checkpoints built by the constructor or `from_dict` hold every
+    field in their ``__dict__``, which takes precedence over this non-data
+    descriptor: for them it is never called.
+    """
+
+    __slots__ = ("_compute", "_default", "name")
+
+    def __init__(
+        self, name: str, compute: Callable[[dict[str, Any]], Any], default: Any = _NO_DEFAULT
+    ) -> None:
+        self.name = name
+        self._compute = compute
+        self._default = default
+
+    def __get__(self, instance: object, owner: type | None = None) -> Any:
+        if instance is None:  # the class attribute: the field's default, as dataclass set it
+            if self._default is _NO_DEFAULT:
+                msg = f"type object {WorkflowCheckpoint.__name__!r} has no attribute {self.name!r}"
+                raise AttributeError(msg)
+            return self._default
+        fields = instance.__dict__
+        value = self._compute(fields)
+        fields[self.name] = value
+        return value
+
+
+def _deferred_outputs(fields: dict[str, Any]) -> Any:
+    return fields["_log"].outputs(fields["step_index"])
+
+
+def _deferred_step_info(fields: dict[str, Any]) -> Any:
+    return fields["_log"].info(fields["step_index"], fields["_info"])
+
+
+def _deferred_new_outputs(fields: dict[str, Any]) -> Any:
+    return fields["_log"].names_between(fields["_since"], fields["step_index"])
+
+
+def _deferred_created_at(fields: dict[str, Any]) -> Any:
+    return utc_timestamp(fields["_ns"])
+
+
+def _install_deferred_fields() -> None:
+    # Set after @dataclass has read the class: __init__, its defaults and
+    # dataclasses.fields() are unaffected.
+    for descriptor in (
+        _Deferred("outputs", _deferred_outputs),
+        _Deferred("step_info", _deferred_step_info),
+        _Deferred("new_outputs", _deferred_new_outputs, ()),
+        _Deferred("created_at", _deferred_created_at, None),
+    ):
+        setattr(WorkflowCheckpoint, descriptor.name, descriptor)
+
+
+_install_deferred_fields()

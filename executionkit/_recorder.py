@@ -13,7 +13,6 @@ import contextvars
 import inspect
 import logging
 import time
-from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -346,7 +345,7 @@ class Recorder:
         except Exception as exc:
             self._storage_failed(exc, checkpoint)
             raise
-        if inspect.isawaitable(pending):
+        if pending is not None and inspect.isawaitable(pending):
             return asyncio.ensure_future(pending), checkpoint, covered
         self._saved = covered
         if self._waiters:
@@ -401,56 +400,70 @@ class Recorder:
     def _snapshot(self) -> WorkflowCheckpoint:
         self._seq += 1
         log = self._log
-        if self._landed:
-            # Mid-batch (a step saved progress): outputs that landed in this batch are
-            # not in the log yet, so this rare checkpoint gets a copy.
-            names = self._graph.names
-            landed = sorted(self._landed)
-            copied = dict(log.outputs(len(log)))
-            copied.update((names[p], self._landed[p][1]) for p in landed)
-            info = self._graph.step_info
-            outputs: Mapping[str, Any] = MappingProxyType(copied)
-            described = {**copied, **self._progress}
-            step_info: Mapping[str, Any] = MappingProxyType({n: info[n] for n in described})
-            new = tuple(names[p] for p in landed if names[p] not in self._reported)
-            self._reported.update(new)
-        else:
-            length = len(log)
-            outputs = log.outputs(length)
-            step_info = log.info(length, self._graph.step_info)
-            if self._progress:  # rare: steps holding progress are described too
-                info = self._graph.step_info
-                step_info = MappingProxyType(
-                    {**step_info, **{name: info[name] for name in self._progress}}
-                )
-            new = tuple(log.names[self._snapshot_length : length])
-            if self._reported:  # already announced by a mid-batch checkpoint
-                new = tuple(name for name in new if name not in self._reported)
-                self._reported.clear()
-        self._snapshot_length = len(log)
-        errors: Mapping[str, str] = EMPTY
-        if self._failures:
-            names = self._graph.names
-            errors = MappingProxyType(
-                {names[p]: f"{type(e).__name__}: {e}" for p, e in sorted(self._failures.items())}
-            )
-        checkpoint = trusted_checkpoint(
-            step_index=len(outputs),
-            outputs=outputs,
-            cost=self._cost,
-            version=FORMAT_VERSION,
-            run_id=self._run_id,
-            seq=self._seq,
-            context_keys=self._context_keys,
-            errors=errors,
-            created_at=_utc_now(),
-            metadata=self._metadata,
-            progress=MappingProxyType(dict(self._progress)) if self._progress else EMPTY,
-            step_info=step_info,
-            new_outputs=new,
-        )
+        since = self._snapshot_length
+        length = self._snapshot_length = len(log.names)
+        fields: dict[str, Any] = {
+            "step_index": length,
+            "cost": self._cost,
+            "version": FORMAT_VERSION,
+            "run_id": self._run_id,
+            "seq": self._seq,
+            "context_keys": self._context_keys,
+            "errors": self._error_texts() if self._failures else EMPTY,
+            "metadata": self._metadata,
+            "progress": EMPTY,
+            # outputs, step_info, new_outputs and created_at are computed from these
+            # when first read (see executionkit._checkpoint._Deferred): most
+            # checkpoints are stored or dropped without anyone reading those.
+            "_log": log,
+            "_info": self._graph.step_info,
+            "_since": since,
+            "_ns": time.time_ns(),
+        }
+        if self._landed or self._progress or self._reported:
+            self._describe_exactly(fields, since)
+        checkpoint = trusted_checkpoint(fields)
         self._last = checkpoint
         return checkpoint
+
+    def _describe_exactly(self, fields: dict[str, Any], since: int) -> None:
+        """Fill in the fields a rare checkpoint cannot derive from the log alone.
+
+        Mid-batch (a step saved progress), outputs that landed in this batch are
+        not in the log yet, so the checkpoint gets a copy; steps holding progress
+        are described in ``step_info`` too; and names a mid-batch checkpoint
+        already announced as new are not announced again.
+        """
+        log = self._log
+        info = self._graph.step_info
+        outputs: Mapping[str, Any] = log.outputs(len(log.names))
+        new = log.names_between(since, len(log.names))
+        if self._landed:
+            names = self._graph.names
+            landed = sorted(self._landed)
+            copied = dict(outputs)
+            copied.update((names[p], self._landed[p][1]) for p in landed)
+            outputs = MappingProxyType(copied)
+            new += tuple(names[p] for p in landed)
+        if self._reported:
+            new = tuple(name for name in new if name not in self._reported)
+        if self._landed:
+            self._reported.update(new)
+        else:
+            self._reported.clear()
+        described = {**outputs, **self._progress}
+        fields["step_index"] = len(outputs)
+        fields["outputs"] = outputs
+        fields["step_info"] = MappingProxyType({name: info[name] for name in described})
+        fields["new_outputs"] = new
+        if self._progress:
+            fields["progress"] = MappingProxyType(dict(self._progress))
+
+    def _error_texts(self) -> Mapping[str, str]:
+        names = self._graph.names
+        return MappingProxyType(
+            {names[p]: f"{type(e).__name__}: {e}" for p, e in sorted(self._failures.items())}
+        )
 
     def _latest(self) -> WorkflowCheckpoint:
         """The checkpoint of everything recorded, taking one in memory if none is current."""
@@ -551,18 +564,6 @@ class _Pending:
     def __init__(self, event: Event, awaitable: Any) -> None:
         self.event = event
         self.awaitable = awaitable
-
-
-_second: list[Any] = [None, ""]
-
-
-def _utc_now() -> str:
-    """The current UTC time in ISO-8601 with microseconds, cheaply (once per checkpoint)."""
-    now = time.time()
-    second = int(now)
-    if second != _second[0]:
-        _second[:] = [second, datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")]
-    return f"{_second[1]}.{int((now - second) * 1_000_000):06d}+00:00"
 
 
 def _new_run_id() -> str:

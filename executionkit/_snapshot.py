@@ -35,6 +35,10 @@ class OutputLog:
         self.names.append(name)
         self.values.append(value)
 
+    def names_between(self, start: int, stop: int) -> tuple[str, ...]:
+        """The names recorded from position ``start`` up to (not including) ``stop``."""
+        return tuple(self.names[start:stop])
+
     def outputs(self, length: int) -> PrefixView:
         """The first ``length`` outputs, as a read-only mapping."""
         return PrefixView(self, length, None)
