@@ -14,6 +14,8 @@ from executionkit._types import TokenUsage
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from executionkit._snapshot import OutputLog
+
 FORMAT_VERSION = 2
 """The checkpoint format version this library writes (and the newest it reads).
 
@@ -393,8 +395,8 @@ def trusted_checkpoint(fields: dict[str, Any]) -> WorkflowCheckpoint:
     Validation walks every output, which would make each checkpoint cost
     O(workflow size); the runner's values are correct by construction.
     ``fields`` becomes the instance's ``__dict__`` as it is (not copied). It
-    holds every field, except that the fields `_Deferred` computes may be left
-    out in favour of the private keys they are computed from.
+    holds every field, except that any field `_Deferred` computes may be left
+    out in favour of ``_shared`` (a `SharedFields`), ``_since`` and ``_ns``.
     """
     checkpoint = object.__new__(WorkflowCheckpoint)
     object.__setattr__(checkpoint, "__dict__", fields)
@@ -416,13 +418,14 @@ class _Deferred:
 
     A run takes a checkpoint after every batch, and most of them are stored or
     dropped without their ``outputs`` ever being read as a mapping. Such a
-    checkpoint is built (`trusted_checkpoint`) with the append-only output log
-    it was taken from, its length and the clock instead of its views and
-    timestamp; the first read computes the field, stores it in the instance and
-    returns it, so later reads are plain attribute reads and the value never
-    changes. Checkpoints built by the constructor or `from_dict` hold every
-    field in their ``__dict__``, which takes precedence over this non-data
-    descriptor: for them it is never called.
+    checkpoint is built (`trusted_checkpoint`) from the few values that differ
+    from one checkpoint to the next plus the run's `SharedFields` (holding the
+    append-only output log it was taken from), instead of with its views, its
+    timestamp and a copy of every constant field. The first read computes the
+    field, stores it in the instance and returns it, so later reads are plain
+    attribute reads and the value never changes. Checkpoints built by the
+    constructor or `from_dict` hold every field in their ``__dict__``, which
+    takes precedence over this non-data descriptor: for them it is never called.
     """
 
     __slots__ = ("_compute", "_default", "name")
@@ -446,19 +449,61 @@ class _Deferred:
         return value
 
 
-def _deferred_outputs(fields: dict[str, Any]) -> Any:
-    return fields["_log"].outputs(fields["step_index"])
+class SharedFields:
+    """What every checkpoint of one run shares: the run's constant fields and its output log.
+
+    A checkpoint taken by a run holds this object, its own ``step_index``,
+    ``cost``, ``seq``, where its new outputs start in the log (``_since``) and
+    the clock (``_ns``); `_Deferred` computes every other field from those.
+    """
+
+    __slots__ = ("context_keys", "log", "metadata", "run_id", "step_info", "version")
+
+    def __init__(
+        self,
+        log: OutputLog,
+        step_info: Mapping[str, Mapping[str, Any]],
+        run_id: str,
+        context_keys: tuple[str, ...],
+        metadata: Mapping[str, Any],
+    ) -> None:
+        self.log = log
+        self.step_info = step_info
+        self.version = FORMAT_VERSION
+        self.run_id = run_id
+        self.context_keys = context_keys
+        self.metadata = metadata
 
 
-def _deferred_step_info(fields: dict[str, Any]) -> Any:
-    return fields["_log"].info(fields["step_index"], fields["_info"])
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
-def _deferred_new_outputs(fields: dict[str, Any]) -> Any:
-    return fields["_log"].names_between(fields["_since"], fields["step_index"])
+def _shared(name: str) -> Callable[[dict[str, Any]], Any]:
+    def compute(fields: dict[str, Any]) -> Any:
+        return getattr(fields["_shared"], name)
+
+    return compute
 
 
-def _deferred_created_at(fields: dict[str, Any]) -> Any:
+def _empty(fields: dict[str, Any]) -> Any:
+    del fields
+    return _EMPTY
+
+
+def _outputs(fields: dict[str, Any]) -> Any:
+    return fields["_shared"].log.outputs(fields["step_index"])
+
+
+def _step_info(fields: dict[str, Any]) -> Any:
+    shared = fields["_shared"]
+    return shared.log.info(fields["step_index"], shared.step_info)
+
+
+def _new_outputs(fields: dict[str, Any]) -> Any:
+    return fields["_shared"].log.names_between(fields["_since"], fields["step_index"])
+
+
+def _created_at(fields: dict[str, Any]) -> Any:
     return utc_timestamp(fields["_ns"])
 
 
@@ -466,10 +511,16 @@ def _install_deferred_fields() -> None:
     # Set after @dataclass has read the class: __init__, its defaults and
     # dataclasses.fields() are unaffected.
     for descriptor in (
-        _Deferred("outputs", _deferred_outputs),
-        _Deferred("step_info", _deferred_step_info),
-        _Deferred("new_outputs", _deferred_new_outputs, ()),
-        _Deferred("created_at", _deferred_created_at, None),
+        _Deferred("outputs", _outputs),
+        _Deferred("version", _shared("version"), FORMAT_VERSION),
+        _Deferred("run_id", _shared("run_id"), None),
+        _Deferred("context_keys", _shared("context_keys"), ()),
+        _Deferred("errors", _empty),
+        _Deferred("created_at", _created_at, None),
+        _Deferred("metadata", _shared("metadata")),
+        _Deferred("progress", _empty),
+        _Deferred("step_info", _step_info),
+        _Deferred("new_outputs", _new_outputs, ()),
     ):
         setattr(WorkflowCheckpoint, descriptor.name, descriptor)
 

@@ -16,7 +16,7 @@ import time
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from executionkit._checkpoint import FORMAT_VERSION, WorkflowCheckpoint, trusted_checkpoint
+from executionkit._checkpoint import SharedFields, WorkflowCheckpoint, trusted_checkpoint
 from executionkit._errors import BudgetExceeded, WorkflowFailed
 from executionkit._plain import plain_copy
 from executionkit._resume import Restored, restore
@@ -111,6 +111,9 @@ class Recorder:
         self._context = context
         self._context_keys = tuple(sorted(context))
         self._run_id = state.run_id if state.run_id is not None else _new_run_id()
+        self._shared = SharedFields(
+            self._log, graph.step_info, self._run_id, self._context_keys, self._metadata
+        )
         self._skipped = tuple(name for name in graph.names if name in self._outputs)
         self._executed: list[str] = []
         self._last: WorkflowCheckpoint | None = options.resume_from
@@ -402,24 +405,19 @@ class Recorder:
         log = self._log
         since = self._snapshot_length
         length = self._snapshot_length = len(log.names)
+        # Every other field is computed from these when first read (see
+        # executionkit._checkpoint._Deferred): most checkpoints are stored or
+        # dropped without anyone reading their views or timestamp.
         fields: dict[str, Any] = {
             "step_index": length,
             "cost": self._cost,
-            "version": FORMAT_VERSION,
-            "run_id": self._run_id,
             "seq": self._seq,
-            "context_keys": self._context_keys,
-            "errors": self._error_texts() if self._failures else EMPTY,
-            "metadata": self._metadata,
-            "progress": EMPTY,
-            # outputs, step_info, new_outputs and created_at are computed from these
-            # when first read (see executionkit._checkpoint._Deferred): most
-            # checkpoints are stored or dropped without anyone reading those.
-            "_log": log,
-            "_info": self._graph.step_info,
+            "_shared": self._shared,
             "_since": since,
             "_ns": time.time_ns(),
         }
+        if self._failures:
+            fields["errors"] = self._error_texts()
         if self._landed or self._progress or self._reported:
             self._describe_exactly(fields, since)
         checkpoint = trusted_checkpoint(fields)

@@ -135,10 +135,12 @@ class Run(Recorder):
         self._running = 0
         self._wake: asyncio.Future[None] | None = None
         self._cancelling = False
+        self._task: asyncio.Task[Any] | None = None
 
     async def execute(self) -> WorkflowResult:
         """Run every step not yet recorded; checkpoint as the schedule says."""
         began = time.perf_counter()
+        self._task = asyncio.current_task()
         if self._observed:
             self._announce_start()
         try:
@@ -180,7 +182,11 @@ class Run(Recorder):
         if ready and reached(self._cost, self._budget):
             raise self._over_budget()
         while ready:
-            left = await self._run_all(ready)
+            if len(ready) == 1 and ready[0] not in self._inline and self._may_start():
+                await self._run_lone(ready[0])  # a chain's every batch: kept lean
+                left: list[int] = []
+            else:
+                left = await self._run_all(ready)
             ready = self._frontier.complete(self._merge_landed())
             await self._checkpoint_after_batch()
             self._raise_if_stopped(more=bool(ready or left))
@@ -238,9 +244,6 @@ class Run(Recorder):
         Returns the steps it could not start (a failure, an interrupt or the budget
         stopped it first).
         """
-        if len(batch) == 1 and batch[0] not in self._inline and self._may_start():
-            await self._run_lone(batch[0])
-            return []
         queue = list(reversed(batch))
         while True:
             self._start_from(queue)
@@ -436,7 +439,7 @@ class Run(Recorder):
         self._running += 1
         if self._observed:
             self._began_step(position)
-        this = asyncio.current_task()
+        this = self._task
         before = 0 if this is None else this.cancelling()
         try:
             await _InContext(self._step_task(position), self._caller_context.copy())

@@ -1,4 +1,4 @@
-"""Checkpoints taken by a run compute outputs, step_info, new_outputs and created_at on first read.
+"""Checkpoints taken by a run compute most of their fields on first read.
 
 Nothing about that may be observable: a field read late (after the run went on)
 holds what it held when the checkpoint was taken, reads are stable, and the
@@ -16,11 +16,23 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from executionkit import Step, TokenUsage, Workflow, WorkflowCheckpoint, WorkflowFailed
+from executionkit._checkpoint import FORMAT_VERSION
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-DEFERRED = ("outputs", "step_info", "new_outputs", "created_at")
+DEFERRED = (
+    "outputs",
+    "version",
+    "run_id",
+    "context_keys",
+    "errors",
+    "created_at",
+    "metadata",
+    "progress",
+    "step_info",
+    "new_outputs",
+)
 TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00")
 
 
@@ -111,8 +123,11 @@ async def test_copy_and_replace_see_every_field() -> None:
 def test_the_class_and_the_constructor_behave_as_a_plain_dataclass() -> None:
     assert WorkflowCheckpoint.new_outputs == ()
     assert WorkflowCheckpoint.created_at is None
-    assert not hasattr(WorkflowCheckpoint, "outputs")
-    assert not hasattr(WorkflowCheckpoint, "step_info")
+    assert WorkflowCheckpoint.version == FORMAT_VERSION
+    assert WorkflowCheckpoint.run_id is None
+    assert WorkflowCheckpoint.context_keys == ()
+    for no_class_attribute in ("outputs", "errors", "metadata", "progress", "step_info"):
+        assert not hasattr(WorkflowCheckpoint, no_class_attribute)
     defaults = {f.name: f for f in dataclasses.fields(WorkflowCheckpoint)}
     assert defaults["created_at"].default is None
     assert defaults["new_outputs"].default == ()
@@ -120,7 +135,7 @@ def test_the_class_and_the_constructor_behave_as_a_plain_dataclass() -> None:
     assert cp.created_at is None
     assert cp.new_outputs == ()
     assert dict(cp.step_info) == {}
-    assert {"outputs", "step_info", "new_outputs", "created_at"} <= set(vars(cp))
+    assert set(DEFERRED) <= set(vars(cp))
 
 
 async def test_a_failed_run_hands_over_a_deferred_checkpoint_that_reads_correctly() -> None:
@@ -143,3 +158,18 @@ async def test_a_failed_run_hands_over_a_deferred_checkpoint_that_reads_correctl
     assert last.new_outputs == ()
     assert dict(last.errors) == {"b": "RuntimeError: no"}
     assert saved[0].new_outputs == ("a",)
+
+
+async def test_run_constant_fields_read_from_every_checkpoint_of_a_run() -> None:
+    saved: list[WorkflowCheckpoint] = []
+    await chain(3).run(
+        {"topic": "x"}, checkpoint_fn=saved.append, run_id="run-7", metadata={"who": "me"}
+    )
+    for cp in saved:
+        assert cp.version == FORMAT_VERSION
+        assert cp.run_id == "run-7"
+        assert cp.context_keys == ("topic",)
+        assert dict(cp.metadata) == {"who": "me"}
+        assert dict(cp.errors) == {}
+        assert dict(cp.progress) == {}
+    assert [cp.seq for cp in saved] == [1, 2, 3]
