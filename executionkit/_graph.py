@@ -29,6 +29,7 @@ class Graph:
         "dependents",
         "index",
         "inline",
+        "levels",
         "names",
         "plain",
         "step_info",
@@ -54,7 +55,8 @@ class Graph:
             for dep in deps:
                 dependents[dep].append(position)
         self.dependents: tuple[tuple[int, ...], ...] = tuple(map(tuple, dependents))
-        self._check_acyclic()
+        # The batches of a fresh run where every step completes, each in declaration order.
+        self.levels: tuple[tuple[int, ...], ...] = self._levels()
         # Plain-function steps; those without retries run inline, without a task.
         self.plain = frozenset(
             position for position, step in enumerate(self.steps) if not is_async_callable(step.run)
@@ -81,20 +83,26 @@ class Graph:
             raise WorkflowDefinitionError("; ".join(unknown))
         return tuple(tuple(self.index[dep] for dep in step.depends_on) for step in self.steps)
 
-    def _check_acyclic(self) -> None:
-        # Kahn's algorithm: whatever cannot be peeled off lies on or behind a cycle.
+    def _levels(self) -> tuple[tuple[int, ...], ...]:
+        # Kahn's algorithm, a level at a time: whatever cannot be peeled off lies on or
+        # behind a cycle.
         waiting = [len(deps) for deps in self.dependencies]
-        stack = [i for i, count in enumerate(waiting) if count == 0]
+        level = [i for i, count in enumerate(waiting) if count == 0]
+        levels: list[tuple[int, ...]] = []
         peeled = 0
-        while stack:
-            node = stack.pop()
-            peeled += 1
-            for child in self.dependents[node]:
-                waiting[child] -= 1
-                if waiting[child] == 0:
-                    stack.append(child)
+        while level:
+            levels.append(tuple(level))
+            peeled += len(level)
+            following: list[int] = []
+            for node in level:
+                for child in self.dependents[node]:
+                    waiting[child] -= 1
+                    if waiting[child] == 0:
+                        following.append(child)
+            following.sort()
+            level = following
         if peeled == len(self.steps):
-            return
+            return tuple(levels)
         cycle = self._find_cycle({i for i, count in enumerate(waiting) if count > 0})
         path = " -> ".join(self.names[i] for i in [*cycle, cycle[0]])
         msg = f"workflow has a dependency cycle: {path} (each step depends on the next)"
@@ -150,19 +158,24 @@ def _as_steps(steps: Iterable[Step]) -> tuple[Step, ...]:
 
 
 class Frontier:
-    """Tracks which steps are ready, in O(edges) over a whole run.
+    """Tracks which steps are ready: O(batch) per batch while every step completes.
 
     Steps in ``done`` count as completed from the start (restored from a
-    checkpoint). Batches come out in declaration order.
+    checkpoint). Batches come out in declaration order. A fresh ``planned``
+    frontier hands out the graph's precomputed levels for as long as every step
+    of each batch completes; the first batch that does not (a step failed, or was
+    never started) switches it to counting each step's unfinished dependencies,
+    which costs O(edges) once, and then O(edges of what completes).
     """
 
-    __slots__ = ("_graph", "_waiting")
+    __slots__ = ("_at", "_graph", "_waiting")
 
-    def __init__(self, graph: Graph, done: set[int]) -> None:
+    def __init__(self, graph: Graph, done: set[int], *, planned: bool = False) -> None:
         """Start with the steps in ``done`` already complete."""
         self._graph = graph
-        if not done:  # a fresh run: every dependency is still to come
-            self._waiting = [len(deps) for deps in graph.dependencies]
+        self._at = 0  # the level handed out last, while following the plan
+        self._waiting: list[int] | None = None
+        if planned and not done:
             return
         self._waiting = [
             -1 if i in done else sum(1 for dep in deps if dep not in done)
@@ -171,11 +184,28 @@ class Frontier:
 
     def initial(self) -> list[int]:
         """Return the steps ready before anything runs, in declaration order."""
+        if self._waiting is None:
+            levels = self._graph.levels
+            return list(levels[0]) if levels else []
         return [i for i, count in enumerate(self._waiting) if count == 0]
 
-    def complete(self, batch: Iterable[int]) -> list[int]:
-        """Mark ``batch`` complete; return the steps that became ready, in order."""
+    def complete(self, batch: list[int]) -> list[int]:
+        """Mark ``batch`` complete; return the steps that became ready, in order.
+
+        While following the plan, ``batch`` is what completed of the last batch
+        handed out; any step of that batch not in it never counts as complete.
+        """
         waiting = self._waiting
+        if waiting is None:
+            levels = self._graph.levels
+            handed_out = levels[self._at]
+            self._at += 1
+            following = levels[self._at] if self._at < len(levels) else ()
+            if len(batch) == len(handed_out):
+                return list(following)
+            waiting = self._leave_plan(batch)
+            # Every step of a later level depends on a step of the level before it.
+            return [i for i in following if waiting[i] == 0]
         dependents = self._graph.dependents
         ready: list[int] = []
         for node in batch:
@@ -186,3 +216,16 @@ class Frontier:
                     ready.append(child)
         ready.sort()
         return ready
+
+    def _leave_plan(self, completed: list[int]) -> list[int]:
+        levels = self._graph.levels
+        done = {i for level in levels[: self._at - 1] for i in level}
+        done.update(completed)
+        waiting = [
+            -1 if i in done else sum(1 for dep in deps if dep not in done)
+            for i, deps in enumerate(self._graph.dependencies)
+        ]
+        # A step handed out but not completed is never counted as complete, so it
+        # never comes out again, and neither does anything that depends on it.
+        self._waiting = waiting
+        return waiting

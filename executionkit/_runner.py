@@ -34,7 +34,7 @@ from executionkit.events import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Coroutine, Generator
+    from collections.abc import Callable, Coroutine, Generator
 
     from executionkit._graph import Graph
     from executionkit._options import RunOptions
@@ -121,8 +121,10 @@ class Run(Recorder):
         super().__init__(graph, options)
         from executionkit._graph import Frontier  # noqa: PLC0415 - avoids an import cycle
 
-        self._frontier = Frontier(graph, {graph.index[name] for name in self._outputs})
         self._eager = options.schedule == "eager"
+        done = {graph.index[name] for name in self._outputs}
+        # Batch mode follows the graph's precomputed levels while every step completes.
+        self._frontier = Frontier(graph, done, planned=not self._eager)
         self._limit = options.max_concurrency
         # Wake the loop after every completion only when it may start something then.
         self._wake_each = self._eager or self._limit is not None
@@ -131,7 +133,6 @@ class Run(Recorder):
         self._inline = graph.inline if self._executor is None else frozenset()
         self._resumed = options.resume_from is not None
         self._tasks: dict[int, asyncio.Task[None]] = {}
-        self._unstarted: set[int] = set()
         self._running = 0
         self._wake: asyncio.Future[None] | None = None
         self._cancelling = False
@@ -253,40 +254,50 @@ class Run(Recorder):
 
     def _start_from(self, queue: list[int]) -> None:
         """Start steps popped from the end of ``queue`` while the run allows it."""
-        spawned = False
-        while queue and self._may_start():
-            position = queue.pop()
-            # Plain steps run inline only before any task of this sweep, so steps keep
-            # beginning to run in the order they were started.
-            if not spawned and position in self._inline:
-                self._run_inline(position)
-            else:
-                self._spawn(position)
-                spawned = True
+        self._start(queue, queue.pop)
 
     def _start_from_heap(self, heap: list[int]) -> None:
-        spawned = False
-        while heap and self._may_start():
-            position = heapq.heappop(heap)
-            if not spawned and position in self._inline:
+        """Start steps popped from ``heap`` (lowest position first) while the run allows it."""
+        self._start(heap, partial(heapq.heappop, heap))
+
+    def _start(self, pending: list[int], take: Callable[[], int]) -> None:
+        """Start steps, each got from ``take()``, while ``pending`` has some and the run allows it.
+
+        Plain steps run inline only before the first task of the sweep, so steps keep
+        beginning to run in the order they were started. From the first task on,
+        nothing can land until the loop runs again, so what `_may_start` said holds
+        for the rest of the sweep, apart from the concurrency limit, counted here.
+        """
+        inline = self._inline
+        while pending and self._may_start():
+            position = take()
+            if position in inline:
                 self._run_inline(position)
-            else:
-                self._spawn(position)
-                spawned = True
+                continue
+            more = len(pending)
+            if self._limit is not None:
+                more = min(more, self._limit - self._running - 1)
+            self._spawn(position, take, more)
+            return
 
     # --- starting and finishing steps -----------------------------------------------------
 
-    def _spawn(self, position: int) -> None:
-        if self._observed:
-            self._began_step(position)
-        task = asyncio.get_running_loop().create_task(self._step_task(position))
-        self._tasks[position] = task
-        self._unstarted.add(position)
-        self._running += 1
+    def _spawn(self, position: int, take: Callable[[], int], more: int) -> None:
+        """Start a task for ``position``, then for ``more`` steps got from ``take()``."""
+        create_task = asyncio.get_running_loop().create_task
+        body = self._step_task
+        tasks = self._tasks
+        observed = self._observed
+        for left in range(more, -1, -1):
+            if observed:
+                self._began_step(position)
+            tasks[position] = create_task(body(position))
+            if left:
+                position = take()
+        self._running += more + 1
 
     async def _step_task(self, position: int) -> None:
         """The body of a step's task: run it, then record how it ended."""
-        self._unstarted.discard(position)
         step = self._graph.steps[position]
         view = ContextView(self._graph, position, self._context, self._outputs)
         try:
@@ -366,7 +377,7 @@ class Run(Recorder):
             if self._observed:
                 self._began_step(position, attempt)
 
-    def _finished(self, position: int, _task: object = None) -> None:
+    def _finished(self, position: int) -> None:
         self._tasks.pop(position, None)
         self._running -= 1
         wake = self._wake
@@ -421,10 +432,13 @@ class Run(Recorder):
             if task.done():
                 continue
             task.cancel()
-            if position in self._unstarted:
-                # Cancelled before its first step, its body never runs to say so.
-                self._unstarted.discard(position)
-                task.add_done_callback(partial(self._finished, position))
+            task.add_done_callback(partial(self._finished_unstarted, position))
+
+    def _finished_unstarted(self, position: int, task: asyncio.Task[None]) -> None:
+        # A task cancelled before its first step never runs its body, which would have
+        # said it finished (and taken it out of _tasks).
+        if self._tasks.get(position) is task:
+            self._finished(position)
 
     # --- waiting --------------------------------------------------------------------------
 

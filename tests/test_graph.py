@@ -9,6 +9,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from executionkit import (
     ExecutionKitError,
@@ -455,6 +457,51 @@ def test_frontier_starts_from_completed_steps(
     spec: dict[str, list[str]], done: set[str], expected: list[list[str]]
 ) -> None:
     assert _planner_batches(spec, done) == expected
+
+
+def _handed_out(frontier: Frontier, failing: set[int]) -> list[list[int]]:
+    """Batches ``frontier`` hands out when the steps in ``failing`` never complete."""
+    batches: list[list[int]] = []
+    ready = frontier.initial()
+    while ready:
+        batches.append(ready)
+        ready = frontier.complete([position for position in ready if position not in failing])
+    return batches
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_the_planned_frontier_hands_out_what_counting_would(data: st.DataObject) -> None:
+    """Following the precomputed levels, and leaving them at the first incomplete batch,
+    gives exactly the batches that counting unfinished dependencies gives."""
+    n = data.draw(st.integers(0, 14), label="steps")
+    deps = [
+        sorted(data.draw(st.sets(st.integers(0, i - 1), max_size=3))) if i else []
+        for i in range(n)
+    ]
+    order = data.draw(st.permutations(range(n)), label="declaration order")
+    graph = Graph(_steps({f"s{i}": [f"s{j}" for j in deps[i]] for i in order}))
+    failing = set(data.draw(st.sets(st.integers(0, n - 1)), label="failing")) if n else set()
+    planned = _handed_out(Frontier(graph, set(), planned=True), failing)
+    assert planned == _handed_out(Frontier(graph, set()), failing)
+    handed = [position for batch in planned for position in batch]
+    assert len(handed) == len(set(handed))
+    for position in range(n):
+        # Handed out exactly when no step it (transitively) depends on failed.
+        assert (position in handed) == (not graph.ancestors(position) & failing)
+    if not failing:
+        assert planned == [list(level) for level in graph.levels]
+
+
+def test_the_planned_frontier_leaves_the_plan_when_a_batch_is_incomplete() -> None:
+    spec = {"a": [], "b": [], "c": ["a"], "d": ["b"], "e": ["c", "d"], "f": ["c"]}
+    graph = Graph(_steps(spec))
+    frontier = Frontier(graph, set(), planned=True)
+    a, b, c, f = (graph.index[name] for name in "abcf")
+    assert frontier.initial() == [a, b]
+    assert frontier.complete([a]) == [c]  # b failed: d never becomes ready
+    assert frontier.complete([c]) == [f]  # e waits for d, which never runs
+    assert frontier.complete([f]) == []
 
 
 def test_empty_workflow_takes_no_checkpoint() -> None:
