@@ -288,13 +288,17 @@ class Run(Recorder):
         body = self._step_task
         tasks = self._tasks
         observed = self._observed
-        for left in range(more, -1, -1):
-            if observed:
-                self._began_step(position)
-            tasks[position] = create_task(body(position))
-            if left:
-                position = take()
-        self._running += more + 1
+        started = 0
+        try:
+            for left in range(more, -1, -1):
+                if observed:
+                    self._began_step(position)
+                tasks[position] = create_task(body(position))
+                started += 1
+                if left:
+                    position = take()
+        finally:
+            self._running += started  # even if a listener raised KeyboardInterrupt
 
     async def _step_task(self, position: int) -> None:
         """The body of a step's task: run it, then record how it ended."""
