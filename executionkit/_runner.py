@@ -199,13 +199,23 @@ class Run(Recorder):
         if ready and reached(self._cost, self._budget):
             raise self._over_budget()
         while True:
-            self._start_from_heap(ready)
-            # Plain steps land inline, and steps may land while checkpoint_fn is awaited:
-            # record and checkpoint those before waiting for anything else.
-            if not self._landed and not self._unsaved():
-                if not self._running:
-                    break
-                await self._wait()
+            if (
+                len(ready) == 1
+                and not self._running
+                and ready[0] not in self._inline
+                and self._may_start()
+            ):
+                # Nothing runs and nothing else is ready, so nothing can start before
+                # this step finishes: run it as a batch of one is run, without a task.
+                await self._run_lone(ready.pop())
+            else:
+                self._start_from_heap(ready)
+                # Plain steps land inline, and steps may land while checkpoint_fn is
+                # awaited: record and checkpoint those before waiting for anything else.
+                if not self._landed and not self._unsaved():
+                    if not self._running:
+                        break
+                    await self._wait()
             for position in self._frontier.complete(self._merge_landed()):
                 heapq.heappush(ready, position)
             # Steps that finish while checkpoint_fn runs are folded into the next one.

@@ -579,6 +579,49 @@ async def test_cancelling_an_eager_run_checkpoints_what_finished_and_leaves_no_t
     }
 
 
+async def test_cancelling_an_eager_chain_while_its_only_step_runs() -> None:
+    """With nothing else running or ready, the step runs as a batch of one does: the
+    cancellation still reaches it, what finished is checkpointed, and nothing is left."""
+    lab = Lab()
+    flow = Workflow([lab.step("a"), lab.step("b", "a", gated=True), lab.step("c", "b")])
+    before = asyncio.all_tasks()
+    run = asyncio.create_task(flow.run(checkpoint_fn=lab.save, schedule="eager"))
+    await wait_for(lab.started["b"])
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await finish(run)
+    assert asyncio.all_tasks() == before
+    assert lab.log == ["start:a", "end:a", "start:b", "cancelled:b"]
+    assert [dict(cp.outputs) for cp in lab.checkpoints] == [{"a": "a()"}]
+    lab.gates["b"].set()
+    resumed = await finish(flow.run(resume_from=lab.checkpoints[-1], schedule="eager"))
+    assert resumed.skipped == ("a",)
+    assert resumed.executed == ("b", "c")
+
+
+@pytest.mark.parametrize("mode", ["finish", "cancel", "continue"])
+async def test_an_eager_chain_step_that_fails_alone_is_checkpointed_then_raised(
+    mode: OnError,
+) -> None:
+    lab = Lab()
+    flow = Workflow([lab.step("a"), lab.step("b", "a", fail=True), lab.step("c", "b")])
+    with pytest.raises(WorkflowFailed) as caught:
+        await finish(flow.run(checkpoint_fn=lab.save, schedule="eager", on_error=mode))
+    assert list(caught.value.errors) == ["b"]
+    assert caught.value.checkpoint is lab.checkpoints[-1]
+    assert dict(lab.checkpoints[-1].outputs) == {"a": "a()"}
+    assert dict(lab.checkpoints[-1].errors) == {"b": "ValueError: b broke"}
+    assert "c" not in lab.runs
+
+
+async def test_an_eager_chain_checkpoints_after_every_step() -> None:
+    lab = Lab()
+    flow = Workflow([lab.step("a"), lab.step("b", "a"), lab.step("c", "b")])
+    result = await finish(flow.run(checkpoint_fn=lab.save, schedule="eager"))
+    assert [cp.new_outputs for cp in lab.checkpoints] == [("a",), ("b",), ("c",)]
+    assert dict(result.outputs) == {"a": "a()", "b": "b(a())", "c": "c(b(a()))"}
+
+
 async def test_keyboard_interrupt_in_an_eager_step_checkpoints_and_propagates() -> None:
     lab = Lab()
 
