@@ -70,3 +70,22 @@ def test_quick_run_prints_the_tables_and_saves_the_results(tmp_path: Path) -> No
         ("baseline", 2000),
     ]
     assert "executionkit" in raw["importtime"]["new_modules"]
+
+
+def test_checkpoint_cost_prints_a_row_per_way_on_tiny_chains() -> None:
+    """`checkpoint_cost.py` runs every way in its own process and prints the table."""
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "checkpoint_cost.py"),
+        "--sizes",
+        "10,20",
+        "--repeat",
+        "1",
+    ]
+    done = subprocess.run(  # noqa: S603 - our own interpreter and script
+        command, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "| checkpoint_fn | 10 steps | 20 steps | growth |"
+    assert [line.split(" | ")[0] for line in lines[2:]] == ["| none", "| drop", "| keep"]
