@@ -725,3 +725,110 @@ async def test_cancelling_run_checkpoints_finished_steps_and_leaves_no_task() ->
     assert events == ["slow cancelled"]
     assert [dict(cp.outputs) for cp in checkpoints] == [{"fast": "fast"}]
     assert asyncio.all_tasks() == before
+
+
+# --- plain functions that return an awaitable -----------------------------------------------
+
+
+def _returns_awaitable(
+    gate: asyncio.Event | None, *, fail: bool = False, waiting: asyncio.Event | None = None
+) -> Any:
+    """A plain (not async) step function whose return value is a coroutine."""
+
+    async def later(value: str) -> str:
+        if gate is not None:
+            if waiting is not None:
+                waiting.set()
+            await gate.wait()
+        if fail:
+            msg = "late failure"
+            raise RuntimeError(msg)
+        return value.upper()
+
+    def step(ctx: Mapping[str, Any]) -> Any:
+        return later(str(ctx.get("a", "plain")))
+
+    return step
+
+
+async def _a(ctx: Mapping[str, Any]) -> str:
+    del ctx
+    return "a"
+
+
+@pytest.mark.parametrize("schedule", ["batch", "eager"])
+async def test_a_plain_step_returning_an_awaitable_records_what_it_resolves_to(
+    schedule: str,
+) -> None:
+    checkpoints: list[WorkflowCheckpoint] = []
+    workflow = Workflow(
+        [
+            Step("a", _a),
+            Step("b", _returns_awaitable(None), depends_on=("a",)),
+            Step("c", _returns_awaitable(None)),
+        ]
+    )
+    result = await workflow.run(
+        checkpoint_fn=checkpoints.append,
+        schedule=schedule,  # type: ignore[arg-type]
+    )
+    assert dict(result.outputs) == {"a": "a", "b": "A", "c": "PLAIN"}
+    assert dict(checkpoints[-1].outputs) == {"a": "a", "c": "PLAIN", "b": "A"}
+
+
+async def test_a_plain_step_whose_awaitable_fails_fails_the_step() -> None:
+    checkpoints: list[WorkflowCheckpoint] = []
+    workflow = Workflow([Step("a", _a), Step("b", _returns_awaitable(None, fail=True))])
+    with pytest.raises(WorkflowFailed) as caught:
+        await workflow.run(checkpoint_fn=checkpoints.append)
+    assert list(caught.value.errors) == ["b"]
+    assert dict(checkpoints[-1].outputs) == {"a": "a"}
+    assert dict(checkpoints[-1].errors) == {"b": "RuntimeError: late failure"}
+
+
+async def test_cancelling_while_a_returned_awaitable_waits_leaves_no_task() -> None:
+    gate = asyncio.Event()
+    waiting = asyncio.Event()
+    checkpoints: list[WorkflowCheckpoint] = []
+    workflow = Workflow([Step("a", _a), Step("waits", _returns_awaitable(gate, waiting=waiting))])
+    before = asyncio.all_tasks()
+    run = asyncio.create_task(workflow.run(checkpoint_fn=checkpoints.append))
+    async with asyncio.timeout(10):
+        await waiting.wait()
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+    assert asyncio.all_tasks() == before
+    assert dict(checkpoints[-1].outputs) == {"a": "a"}
+
+
+async def test_steps_cancelled_before_they_began_still_count_as_finished() -> None:
+    """The first step of a batch fails at once under on_error="cancel": its siblings'
+    tasks are cancelled before their first step, and run() still ends (nothing waits
+    for them forever)."""
+    ran: list[str] = []
+
+    def make(name: str) -> Any:
+        async def step(ctx: Mapping[str, Any]) -> str:
+            del ctx
+            ran.append(name)
+            if name == "s0":
+                msg = "at once"
+                raise RuntimeError(msg)
+            return name
+
+        return step
+
+    checkpoints: list[WorkflowCheckpoint] = []
+    workflow = Workflow([Step(f"s{i}", make(f"s{i}")) for i in range(5)])
+    before = asyncio.all_tasks()
+    run = asyncio.create_task(workflow.run(checkpoint_fn=checkpoints.append, on_error="cancel"))
+    # Bounded without cancelling: a run waiting for steps that never began would ignore it.
+    done, _ = await asyncio.wait({run}, timeout=10)
+    assert done, "run() waits for tasks that were cancelled before they began"
+    with pytest.raises(WorkflowFailed) as caught:
+        await run
+    assert ran == ["s0"]
+    assert list(caught.value.errors) == ["s0"]
+    assert dict(checkpoints[-1].outputs) == {}
+    assert asyncio.all_tasks() == before
