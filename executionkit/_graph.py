@@ -27,6 +27,7 @@ class Graph:
     __slots__ = (
         "dependencies",
         "dependents",
+        "encoded",
         "index",
         "inline",
         "levels",
@@ -62,6 +63,8 @@ class Graph:
             position for position, step in enumerate(self.steps) if not is_async_callable(step.run)
         )
         self.inline = frozenset(p for p in self.plain if self.steps[p].retries == 0)
+        # Steps whose outputs are recorded through Step.encode.
+        self.encoded = frozenset(p for p, step in enumerate(self.steps) if step.encode is not None)
         # What checkpoints record about each step, built once and shared by all of them.
         self.step_info: dict[str, Mapping[str, Any]] = {
             step.name: MappingProxyType({"version": step.version, "depends_on": step.depends_on})

@@ -166,7 +166,7 @@ class Recorder:
             cost = result.cost
             self._cost += cost  # spent, whether or not the output can be recorded
             result = result.value
-        if self._validate_json or self._graph.steps[position].encode is not None:
+        if self._validate_json or position in self._graph.encoded:
             try:
                 stored = self._storable(position, result)
             except Exception as exc:  # noqa: BLE001 - an unrecordable output fails its step
@@ -272,15 +272,19 @@ class Recorder:
 
     def _merge_landed(self) -> list[int]:
         """Move what landed into the record, in declaration order; return those positions."""
-        completed = sorted(self._landed)
+        landed = self._landed
+        completed = sorted(landed)
         names = self._graph.names
+        outputs = self._outputs
+        record = self._log.append
+        executed = self._executed.append
         for position in completed:
             name = names[position]
-            live, stored = self._landed[position]
-            self._outputs[name] = live
-            self._log.append(name, stored)
-            self._executed.append(name)
-        self._landed.clear()
+            live, stored = landed[position]
+            outputs[name] = live
+            record(name, stored)
+            executed(name)
+        landed.clear()
         return completed
 
     # --- checkpoints ----------------------------------------------------------------------
