@@ -22,14 +22,14 @@ import argparse
 import json
 import subprocess
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import source
 
 source.put_on_path()
 
 import bench_harness  # noqa: E402
-from bench_executionkit import noop  # noqa: E402
+from bench_executionkit import counting, noop  # noqa: E402
 
 from executionkit import Step, Workflow, WorkflowCheckpoint  # noqa: E402
 
@@ -45,10 +45,11 @@ TIMES = "\N{MULTIPLICATION SIGN}"
 
 def build(way: str, dag: shapes.Dag, counts: dict[str, int] | None) -> RunFn:
     """The protocol's ``build`` for one way of handling checkpoints."""
-    steps = [Step(name, noop, depends_on=deps) for name, deps in dag]
-    if counts is not None:  # the protocol's check that every step runs once
-        steps = [Step(name, _counting(name, counts), depends_on=deps) for name, deps in dag]
-    workflow = Workflow(steps)
+    # With counts: the protocol's check that every step runs once.
+    workflow = Workflow(
+        Step(name, noop if counts is None else counting(name, counts), depends_on=deps)
+        for name, deps in dag
+    )
 
     async def run() -> Callable[[], int]:
         saved: list[WorkflowCheckpoint] = []
@@ -65,15 +66,6 @@ def build(way: str, dag: shapes.Dag, counts: dict[str, int] | None) -> RunFn:
 
 def _drop(checkpoint: WorkflowCheckpoint) -> None:
     del checkpoint
-
-
-def _counting(name: str, counts: dict[str, int]) -> Callable[[Any], Any]:
-    async def step(ctx: object) -> int:
-        del ctx
-        counts[name] = counts.get(name, 0) + 1
-        return 1
-
-    return step
 
 
 def measure_one(way: str, size: int, repeat: int) -> float:

@@ -180,9 +180,13 @@ class Frontier:
         self._waiting: list[int] | None = None
         if planned and not done:
             return
-        self._waiting = [
+        self._waiting = self._count_waiting(done)
+
+    def _count_waiting(self, done: set[int]) -> list[int]:
+        """Unfinished dependencies per step; -1 for the steps in ``done``."""
+        return [
             -1 if i in done else sum(1 for dep in deps if dep not in done)
-            for i, deps in enumerate(graph.dependencies)
+            for i, deps in enumerate(self._graph.dependencies)
         ]
 
     def initial(self) -> list[int]:
@@ -224,10 +228,7 @@ class Frontier:
         levels = self._graph.levels
         done = {i for level in levels[: self._at - 1] for i in level}
         done.update(completed)
-        waiting = [
-            -1 if i in done else sum(1 for dep in deps if dep not in done)
-            for i, deps in enumerate(self._graph.dependencies)
-        ]
+        waiting = self._count_waiting(done)
         # A step handed out but not completed is never counted as complete, so it
         # never comes out again, and neither does anything that depends on it.
         self._waiting = waiting
