@@ -28,9 +28,13 @@ UnknownSteps: TypeAlias = Literal["error", "discard"]
 Schedule: TypeAlias = Literal["batch", "eager"]
 """When steps start: after their whole batch (and its checkpoint), or as soon as ready."""
 
+CheckpointEvery: TypeAlias = Literal["batch", "step"]
+"""In batch mode, checkpoint after each batch, or as each step completes."""
+
 _ON_ERROR = ("finish", "cancel", "continue")
 _UNKNOWN_STEPS = ("error", "discard")
 _SCHEDULES = ("batch", "eager")
+_CHECKPOINT_EVERY = ("batch", "step")
 
 
 def names_text(names: list[str] | tuple[str, ...]) -> str:
@@ -56,28 +60,31 @@ class RunOptions:
     max_concurrency: int | None = None
     on_event: Callable[[Any], object] | None = None
     executor: Executor | None = None
+    checkpoint_every: CheckpointEvery = "batch"
 
     @classmethod
-    def check(
-        cls,
-        graph: Graph,
-        initial_context: object,
-        *,
-        checkpoint_fn: object,
-        resume_from: object,
-        run_id: object,
-        metadata: object,
-        on_error: object,
-        budget: object,
-        rerun: object,
-        unknown_steps: object,
-        validate_json: object,
-        schedule: object = "batch",
-        max_concurrency: object = None,
-        on_event: object = None,
-        executor: object = None,
-    ) -> RunOptions:
-        """Raise `RunArgumentError` naming the first argument that does not fit."""
+    def check(cls, graph: Graph, arguments: Mapping[str, object]) -> RunOptions:
+        """Raise `RunArgumentError` naming the first argument that does not fit.
+
+        ``arguments`` holds every parameter of `Workflow.run` by name (its
+        ``locals()``): the signature of `run` is the one definition of the run
+        options, and this is the one place they are checked.
+        """
+        initial_context = arguments["initial_context"]
+        checkpoint_fn = arguments["checkpoint_fn"]
+        resume_from = arguments["resume_from"]
+        run_id = arguments["run_id"]
+        metadata = arguments["metadata"]
+        on_error = arguments["on_error"]
+        budget = arguments["budget"]
+        rerun = arguments["rerun"]
+        unknown_steps = arguments["unknown_steps"]
+        validate_json = arguments["validate_json"]
+        schedule = arguments["schedule"]
+        max_concurrency = arguments["max_concurrency"]
+        on_event = arguments["on_event"]
+        executor = arguments["executor"]
+        checkpoint_every = arguments["checkpoint_every"]
         context = {} if initial_context is None else str_keyed(initial_context, "initial_context")
         colliding = [name for name in graph.names if name in context]
         if colliding:
@@ -104,6 +111,7 @@ class RunOptions:
             msg = f"validate_json must be a bool, got {validate_json!r}"
             raise RunArgumentError(msg)
         _one_of("schedule", schedule, _SCHEDULES)
+        _one_of("checkpoint_every", checkpoint_every, _CHECKPOINT_EVERY)
         if max_concurrency is not None and (
             type(max_concurrency) is not int or max_concurrency < 1
         ):
@@ -135,6 +143,7 @@ class RunOptions:
             max_concurrency=max_concurrency,
             on_event=on_event,
             executor=executor,  # type: ignore[arg-type]  # duck-typed: has submit()
+            checkpoint_every=checkpoint_every,  # type: ignore[arg-type]  # checked by _one_of
         )
 
 

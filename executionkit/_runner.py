@@ -1,10 +1,16 @@
-"""The async runner: one `Run` per call of `Workflow.run`.
+"""The run loop: one `Run` per call of `Workflow.run`.
 
-`Run.execute` is the whole execution model. In batch mode: take the ready
-batch, run it concurrently, record what completed, checkpoint, repeat. In eager
-mode: start each step as soon as its own dependencies are done, and checkpoint
-after every completion. What landed, and the checkpoints taken from it, belong
-to `executionkit._recorder.Recorder`; this module starts and stops steps.
+`Run` reads like the execution model. In batch mode: take the ready batch, run
+it concurrently, record what completed, checkpoint, repeat. In eager mode:
+start each step as soon as its own dependencies are done, and checkpoint after
+every completion. It owns the running steps and has one way out, `_exit`: every
+end of a run (success, failure, budget, cancellation, an interrupt, a failing
+``checkpoint_fn``) stops and awaits every running step, records what landed,
+takes the last checkpoint, and only then returns or raises.
+
+The parts it composes, each with one job: `Record` (what landed, and the
+checkpoints of it), `Checkpointer` (the only caller of ``checkpoint_fn``),
+`Attempts` (calling one step), `Announcer` (events), `Frontier` (what is ready).
 """
 
 from __future__ import annotations
@@ -14,129 +20,90 @@ import contextvars
 import heapq
 import inspect
 import time
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from types import CoroutineType, MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from executionkit._context import ContextView
-from executionkit._recorder import Recorder, reached, wait_through
-from executionkit._result import WorkflowResult
-from executionkit._step import retry_wait
-from executionkit._step_context import CURRENT_STEP, StepContext
+from executionkit._aio import wait_through
+from executionkit._announcer import Announcer
+from executionkit._attempt import Attempts, InContext
+from executionkit._checkpointer import Checkpointer
+from executionkit._record import Record
 from executionkit.events import (
     RunFailed,
     RunFinished,
     RunStarted,
+    StepFailed,
+    StepFinished,
     StepInvalidated,
-    StepRetried,
     StepSkipped,
+    StepStarted,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine, Generator
+    from collections.abc import Callable
 
     from executionkit._graph import Graph
     from executionkit._options import RunOptions
-    from executionkit._step import Step
+    from executionkit._result import WorkflowResult
 
 
-def _call_as(current: StepContext, run: Any, view: ContextView) -> Any:
-    CURRENT_STEP.set(current)  # inside a copied context: undone when the copy is dropped
-    return run(view)
-
-
-async def _with_timeout(awaitable: Any, name: str, attempt: int, seconds: float) -> Any:
-    try:
-        async with asyncio.timeout(seconds) as scope:
-            return await awaitable
-    except TimeoutError:
-        if not scope.expired():
-            raise  # the step's own TimeoutError, not ours
-        msg = f"step {name!r} attempt {attempt} timed out after {seconds:g} s"
-        raise TimeoutError(msg) from None
-
-
-async def _finish_elsewhere(work: asyncio.Future[Any]) -> Any:
-    """Await work running in an executor, which a cancellation cannot stop.
-
-    A thread or a worker process cannot be interrupted, so run() must not return
-    while it still runs: wait for it even if cancelled. If it completed, its output
-    is returned (and so recorded and checkpointed: it was paid for); otherwise the
-    cancellation goes on.
-    """
-    cancelled = await wait_through(work)
-    if cancelled and (work.cancelled() or work.exception() is not None):
-        raise asyncio.CancelledError
-    return work.result()
-
-
-class _InContext:
-    """Await a coroutine inside a given `contextvars.Context`, without a task.
-
-    Each resumption of the coroutine runs through ``context.run``, exactly as a
-    task created with that context would drive it; whatever it yields (the
-    futures it waits on) passes through to the task awaiting this object.
-    """
-
-    __slots__ = ("_context", "_coro")
-
-    def __init__(self, coro: Coroutine[Any, Any, Any], context: contextvars.Context) -> None:
-        self._coro = coro
-        self._context = context
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        run = self._context.run
-        send = self._coro.send
-        throw = self._coro.throw
-        value: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                yielded = run(send, value) if error is None else run(throw, error)
-            except StopIteration as stop:
-                return stop.value
-            try:
-                value = yield yielded
-                error = None
-            except GeneratorExit:
-                self._coro.close()
-                raise
-            except BaseException as exc:  # noqa: BLE001 - handed on to the coroutine
-                value = None
-                error = exc
-
-
-def _jitter_draw() -> float:
-    import random  # noqa: PLC0415 - only retrying steps pay for the import
-
-    return random.random()  # noqa: S311 - jitter, not cryptography
-
-
-class Run(Recorder):
-    """One call of `Workflow.run`: the record (from `Recorder`) plus running steps."""
+class Run:
+    """One call of `Workflow.run`: the loop, the running steps, and the one way out."""
 
     def __init__(self, graph: Graph, options: RunOptions) -> None:
         """Restore ``options.resume_from`` and get ready to start steps."""
-        super().__init__(graph, options)
         from executionkit._graph import Frontier  # noqa: PLC0415 - avoids an import cycle
 
+        self._graph = graph
+        self._record = record = Record(graph, options)
+        caller_context = contextvars.copy_context()
+        self._caller_context = caller_context
+        self._announcer = announcer = Announcer(options.on_event, caller_context)
+        self._observed = announcer.observed
+        self._checkpointer = Checkpointer(record, options.checkpoint_fn, announcer, caller_context)
+        self._attempts = Attempts(
+            graph,
+            context=options.context,
+            outputs=record.outputs,
+            run_id=record.run_id,
+            host=self._checkpointer,
+            executor=options.executor,
+            announcer=announcer,
+            caller_context=caller_context,
+        )
+        self._attempt = self._attempts.run
+        self._run_id = record.run_id
+        self._on_error = options.on_error
+        self._budget = options.budget
+        self._resumed = options.resume_from is not None
         self._eager = options.schedule == "eager"
-        done = {graph.index[name] for name in self._outputs}
+        # In batch mode, "step" records and checkpoints each completion as it lands.
+        self._per_step = (
+            not self._eager
+            and options.checkpoint_every == "step"
+            and options.checkpoint_fn is not None
+        )
+        done = {graph.index[name] for name in record.outputs}
         # Batch mode follows the graph's precomputed levels while every step completes.
         self._frontier = Frontier(graph, done, planned=not self._eager)
         self._limit = options.max_concurrency
-        # Wake the loop after every completion only when it may start something then.
-        self._wake_each = self._eager or self._limit is not None
-        self._executor = options.executor
+        # Wake the loop after every completion only when it may do something then.
+        self._wake_each = self._eager or self._per_step or self._limit is not None
         # With an executor, plain steps go there instead of running inline.
-        self._inline = graph.inline if self._executor is None else frozenset()
-        self._resumed = options.resume_from is not None
+        self._inline = graph.inline if options.executor is None else frozenset()
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._running = 0
         self._wake: asyncio.Future[None] | None = None
         self._cancelling = False
         self._task: asyncio.Task[Any] | None = None
+        # How the run is stopping, if it is: an interrupt (a cancellation, Ctrl-C, a
+        # step raising KeyboardInterrupt) or an error of the run itself (checkpoint_fn).
+        self._interrupt: BaseException | None = None
+        self._error: Exception | None = None
+        # Whether steps were left that the loop could not start (for the budget).
+        self._more = False
+        # Batch mode with per-step checkpoints: positions recorded before the batch ended.
+        self._recorded: list[int] = []
 
     async def execute(self) -> WorkflowResult:
         """Run every step not yet recorded; checkpoint as the schedule says."""
@@ -146,58 +113,51 @@ class Run(Recorder):
             self._announce_start()
         try:
             await (self._run_eager() if self._eager else self._run_batches())
-        except BaseException as exc:
-            if self._observed:
-                duration = time.perf_counter() - began
-                self._emit(RunFailed(self._run_id, duration, exc, self._invalidated))
-            await self._settle()  # a cancellation meanwhile: the exception in flight wins
-            raise
-        if self._observed:
-            duration = time.perf_counter() - began
-            self._emit(RunFinished(self._run_id, duration, self._cost, len(self._executed)))
-        if await self._settle():
-            raise asyncio.CancelledError
-        return WorkflowResult(
-            outputs=MappingProxyType({name: self._outputs[name] for name in self._graph.names}),
-            cost=self._cost,
-            run_id=self._run_id,
-            executed=tuple(self._executed),
-            skipped=self._skipped,
-            invalidated=self._invalidated,
-            discarded=self._discarded,
-        )
+        except BaseException as exc:  # noqa: BLE001 - every way out goes through _exit
+            self._stop(exc)
+        return await self._exit(began)
 
     def _announce_start(self) -> None:
-        self._emit(
-            RunStarted(self._run_id, len(self._graph), self._skipped, self._resumed, self._cost)
-        )
-        for name, reason in self._invalidated.items():
-            self._emit(StepInvalidated(self._run_id, name, reason))
-        for name in self._skipped:
-            self._emit(StepSkipped(self._run_id, name))
+        record = self._record
+        emit = self._announcer.emit
+        steps = len(self._graph)
+        emit(RunStarted(self._run_id, steps, record.restored, self._resumed, record.cost))
+        for name, reason in record.invalidated.items():
+            emit(StepInvalidated(self._run_id, name, reason))
+        for name in record.restored:
+            emit(StepSkipped(self._run_id, name))
 
     # --- the two schedules ----------------------------------------------------------------
 
     async def _run_batches(self) -> None:
-        ready = self._frontier.initial()
-        if ready and reached(self._cost, self._budget):
-            raise self._over_budget()
-        while ready:
+        frontier = self._frontier
+        record = self._record
+        save = self._checkpointer.save
+        ready = frontier.initial()
+        left: list[int] = []
+        while ready and self._may_begin_batch():
             if len(ready) == 1 and ready[0] not in self._inline and self._may_start():
                 await self._run_lone(ready[0])  # a chain's every batch: kept lean
-                left: list[int] = []
+                left = []
             else:
                 left = await self._run_all(ready)
-            ready = self._frontier.complete(self._merge_landed())
-            await self._checkpoint_after_batch()
-            self._raise_if_stopped(more=bool(ready or left))
-        if self._failures:
-            raise self._failure()
+            if self._recorded:
+                recorded = self._recorded + record.merge()
+                self._recorded = []
+            else:
+                recorded = record.merge()
+            ready = frontier.complete(recorded)
+            await save()
+        self._more = bool(ready or left)
 
     async def _run_eager(self) -> None:
-        ready = self._frontier.initial()
-        if ready and reached(self._cost, self._budget):
-            raise self._over_budget()
+        frontier = self._frontier
+        record = self._record
+        save = self._checkpointer.save
+        ready = frontier.initial()
+        if ready and record.over_budget():
+            self._more = True
+            return
         while True:
             if (
                 len(ready) == 1
@@ -212,31 +172,30 @@ class Run(Recorder):
                 self._start_from_heap(ready)
                 # Plain steps land inline, and steps may land while checkpoint_fn is
                 # awaited: record and checkpoint those before waiting for anything else.
-                if not self._landed and not self._unsaved():
+                if not record.landed and not self._unsaved():
                     if not self._running:
                         break
                     await self._wait()
-            for position in self._frontier.complete(self._merge_landed()):
+            for position in frontier.complete(record.merge()):
                 heapq.heappush(ready, position)
             # Steps that finish while checkpoint_fn runs are folded into the next one.
-            await self._checkpoint_after_batch()
-        self._raise_if_stopped(more=bool(ready))
-        if self._failures:
-            raise self._failure()
+            await save()
+        self._more = bool(ready)
 
     def _unsaved(self) -> bool:
-        return self._checkpoint_fn is not None and self._changes != self._saved
+        return self._checkpointer.active and self._record.unsaved()
 
-    def _raise_if_stopped(self, *, more: bool) -> None:
-        if self._failures and self._on_error != "continue":
-            raise self._failure()
-        if more and reached(self._cost, self._budget):
-            raise self._failure() if self._failures else self._over_budget()
+    def _may_begin_batch(self) -> bool:
+        if self._interrupt is not None:
+            return False
+        if self._record.failures and self._on_error != "continue":
+            return False
+        return not self._record.over_budget()
 
     def _may_start(self) -> bool:
-        if self._interrupt is not None or self._storage_error is not None:
+        if self._interrupt is not None or self._checkpointer.storage_error is not None:
             return False
-        if self._failures and self._on_error == "cancel":
+        if self._record.failures and self._on_error == "cancel":
             return False
         if self._limit is None:
             # A batch starts as a whole: a failure or the budget stops the batches
@@ -245,9 +204,9 @@ class Run(Recorder):
         return self._running < self._limit and self._may_start_more()
 
     def _may_start_more(self) -> bool:
-        if self._failures and self._on_error != "continue":
+        if self._record.failures and self._on_error != "continue":
             return False
-        return self._budget is None or not reached(self._cost, self._budget)
+        return not self._record.over_budget()
 
     async def _run_all(self, batch: list[int]) -> list[int]:
         """Start ``batch`` in declaration order (within the limit) and wait for all of it.
@@ -257,14 +216,14 @@ class Run(Recorder):
         """
         queue = list(reversed(batch))
         while True:
-            self._start_from(queue)
+            self._start(queue, queue.pop)
+            if self._per_step and self._record.unsaved():
+                self._recorded += self._record.merge()
+                await self._checkpointer.save()
+                continue
             if not self._running:
                 return queue
             await self._wait()
-
-    def _start_from(self, queue: list[int]) -> None:
-        """Start steps popped from the end of ``queue`` while the run allows it."""
-        self._start(queue, queue.pop)
 
     def _start_from_heap(self, heap: list[int]) -> None:
         """Start steps popped from ``heap`` (lowest position first) while the run allows it."""
@@ -290,7 +249,7 @@ class Run(Recorder):
             self._spawn(position, take, more)
             return
 
-    # --- starting and finishing steps -----------------------------------------------------
+    # --- starting steps and landing what they give ----------------------------------------
 
     def _spawn(self, position: int, take: Callable[[], int], more: int) -> None:
         """Start a task for ``position``, then for ``more`` steps got from ``take()``."""
@@ -302,7 +261,7 @@ class Run(Recorder):
         try:
             for left in range(more, -1, -1):
                 if observed:
-                    self._began_step(position)
+                    self._began(position)
                 tasks[position] = create_task(body(position))
                 started += 1
                 if left:
@@ -310,30 +269,20 @@ class Run(Recorder):
         finally:
             self._running += started  # even if a listener raised KeyboardInterrupt
 
+    def _began(self, position: int) -> None:
+        self._announcer.began(position)
+        self._announcer.emit(StepStarted(self._run_id, self._graph.names[position], 1))
+
     async def _step_task(self, position: int) -> None:
-        """The body of a step's task: run it, then record how it ended."""
-        step = self._graph.steps[position]
-        view = ContextView(self._graph, position, self._context, self._outputs)
+        """The body of a step's task: run it, then land how it ended."""
         try:
-            if step.retries == 0 and step.timeout is None:
-                # The common case, kept lean: one attempt, nothing to time.
-                token = CURRENT_STEP.set((self, step.name, self._run_id, 1, 1))
-                try:
-                    if self._executor is None:
-                        result = step.run(view)
-                    else:
-                        result = self._call(position, step, view)
-                    if type(result) is CoroutineType or inspect.isawaitable(result):
-                        result = await result
-                finally:
-                    CURRENT_STEP.reset(token)
-            else:
-                result = await self._attempts(position, step, view)
+            result = await self._attempt(position)
         except asyncio.CancelledError:
             this = asyncio.current_task()
             if not self._cancelling and (this is None or not this.cancelling()):
                 # The step raised CancelledError itself: an interrupt, not a failure.
-                self._landed_interrupt(asyncio.CancelledError(f"step {step.name!r} was cancelled"))
+                name = self._graph.names[position]
+                self._landed_interrupt(asyncio.CancelledError(f"step {name!r} was cancelled"))
             raise
         except Exception as exc:  # noqa: BLE001 - a step's failure is data here
             self._landed_error(position, exc)
@@ -346,72 +295,12 @@ class Run(Recorder):
         finally:
             self._finished(position)
 
-    def _call(self, position: int, step: Step, view: ContextView) -> Any:
-        """Call the step's function; a plain one goes to the executor if the run has one."""
-        executor = self._executor
-        if executor is None or position not in self._graph.plain:
-            return step.run(view)
-        loop = asyncio.get_running_loop()
-        if isinstance(executor, ThreadPoolExecutor):
-            # A thread can run in a copy of this context: current_step() works there.
-            work = loop.run_in_executor(executor, contextvars.copy_context().run, step.run, view)
-        else:
-            # Processes and cluster workers get what can be pickled: the function and a
-            # plain dict of its ctx.
-            work = loop.run_in_executor(executor, step.run, dict(view))
-        return _finish_elsewhere(work)
-
-    async def _attempts(self, position: int, step: Step, view: ContextView) -> Any:
-        """The general case: a timeout per attempt, and retries with backoff."""
-        attempt = 1
-        while True:
-            token = CURRENT_STEP.set(
-                StepContext(self, step.name, self._run_id, attempt, step.retries + 1)
-            )
-            try:
-                result = self._call(position, step, view)
-                if inspect.isawaitable(result):
-                    if step.timeout is None:
-                        result = await result
-                    else:
-                        result = await _with_timeout(result, step.name, attempt, step.timeout)
-            except Exception as exc:
-                if attempt > step.retries or not isinstance(exc, step.retry_on):
-                    raise
-                failure = exc
-            else:
-                return result
-            finally:
-                CURRENT_STEP.reset(token)
-            delay = retry_wait(step, attempt, _jitter_draw())
-            if self._observed:
-                self._emit(StepRetried(self._run_id, step.name, attempt, failure, delay))
-            await asyncio.sleep(delay)
-            attempt += 1
-            if self._observed:
-                self._began_step(position, attempt)
-
-    def _finished(self, position: int) -> None:
-        self._tasks.pop(position, None)
-        self._running -= 1
-        wake = self._wake
-        if wake is not None and (self._wake_each or not self._running) and not wake.done():
-            wake.set_result(None)
-
     def _run_inline(self, position: int) -> None:
-        """Call a plain-function step right here: no task, same outcome as one.
-
-        A plain function runs inline on the loop thread whether or not it has a
-        task of its own, so a task would only add overhead. It runs in a copy of
-        the run's context, so context variables it sets stay its own.
-        """
-        step = self._graph.steps[position]
+        """Call a plain-function step right here: no task, same outcome as one."""
         if self._observed:
-            self._began_step(position)
-        view = ContextView(self._graph, position, self._context, self._outputs)
-        current = StepContext(self, step.name, self._run_id, 1, 1)
+            self._began(position)
         try:
-            result = self._caller_context.copy().run(_call_as, current, step.run, view)
+            result = self._attempts.call_inline(position)
         except Exception as exc:  # noqa: BLE001 - a step's failure is data here
             self._landed_error(position, exc)
             return
@@ -440,6 +329,77 @@ class Run(Recorder):
         finally:
             self._finished(position)
 
+    async def _run_lone(self, position: int) -> None:
+        """A batch of one async step: run it right here, in a context of its own.
+
+        Nothing runs beside it, so a task would only add its cost (several loop
+        iterations per step on a chain). `InContext` gives the step what a task
+        would: a copy of the run's context, so context variables it sets stay its
+        own. Only `asyncio.current_task()` differs: it is the run's task. A
+        cancellation of the run goes on to `_exit` once the step has landed.
+        """
+        self._running += 1
+        if self._observed:
+            self._began(position)
+        this = self._task
+        before = 0 if this is None else this.cancelling()
+        await InContext(self._step_task(position), self._caller_context.copy())
+        if this is not None and this.cancelling() > before and self._interrupt is None:
+            # Cancelled while a step that cannot be interrupted (one in an executor)
+            # finished anyway: its output is recorded, then the cancellation goes on.
+            self._interrupt = asyncio.CancelledError()
+
+    def _landed_result(self, position: int, result: Any) -> None:
+        cost = self._record.land(position, result)
+        if cost is None:
+            self._after_failure(position)
+        elif self._observed:
+            name = self._graph.names[position]
+            duration = self._announcer.duration(position)
+            self._announcer.emit(StepFinished(self._run_id, name, duration, cost))
+
+    def _landed_error(self, position: int, error: Exception) -> None:
+        self._record.fail(position, error)
+        self._after_failure(position)
+
+    def _after_failure(self, position: int) -> None:
+        if self._observed:
+            name = self._graph.names[position]
+            error = self._record.failures[position]
+            duration = self._announcer.duration(position)
+            self._announcer.emit(StepFailed(self._run_id, name, duration, error))
+        if self._on_error == "cancel":
+            self._cancel_running()
+
+    def _landed_interrupt(self, error: BaseException) -> None:
+        self._interrupt = self._interrupt or error
+        self._cancel_running()
+
+    def _finished(self, position: int) -> None:
+        self._tasks.pop(position, None)
+        self._running -= 1
+        wake = self._wake
+        if wake is not None and (self._wake_each or not self._running) and not wake.done():
+            wake.set_result(None)
+
+    async def _wait(self) -> None:
+        """Wait until a step finishes (or, in plain batch mode, all of them)."""
+        self._wake = asyncio.get_running_loop().create_future()
+        try:
+            await self._wake
+        finally:
+            self._wake = None
+
+    # --- the one way out ------------------------------------------------------------------
+
+    def _stop(self, exc: BaseException) -> None:
+        """Note why the loop stopped early, and stop every running step."""
+        if isinstance(exc, Exception):
+            self._error = self._error or exc  # checkpoint_fn raised
+        else:
+            self._interrupt = self._interrupt or exc
+        self._cancel_running()
+
     def _cancel_running(self) -> None:
         self._cancelling = True
         for position, task in list(self._tasks.items()):
@@ -454,48 +414,74 @@ class Run(Recorder):
         if self._tasks.get(position) is task:
             self._finished(position)
 
-    # --- waiting --------------------------------------------------------------------------
+    async def _exit(self, began: float) -> WorkflowResult:
+        """End the run: the only place it returns or raises once steps may have started.
 
-    async def _run_lone(self, position: int) -> None:
-        """A batch of one async step: run it right here, in a context of its own.
-
-        Nothing runs beside it, so a task would only add its cost (several loop
-        iterations per step on a chain). `_InContext` gives the step what a task
-        would: a copy of the run's context, so context variables it sets stay its
-        own. Only `asyncio.current_task()` differs: it is the run's task.
+        Every running step is stopped and awaited (cancellations meanwhile are
+        noted, not obeyed), what landed is recorded, the last checkpoint is taken
+        and awaited, listeners are served; then the run returns its result or
+        raises, in this order of precedence: an interrupt, a ``checkpoint_fn``
+        error, `WorkflowFailed`, `BudgetExceeded`.
         """
-        self._running += 1
+        record = self._record
+        cancelled = await self._stop_running()
+        record.merge()
+        saved, error = await self._checkpointer.save_through()
+        cancelled = cancelled or saved
+        if cancelled and self._interrupt is None:
+            self._interrupt = asyncio.CancelledError()
+        outcome = self._outcome(error)
         if self._observed:
-            self._began_step(position)
-        this = self._task
-        before = 0 if this is None else this.cancelling()
-        try:
-            await _InContext(self._step_task(position), self._caller_context.copy())
-        except asyncio.CancelledError as exc:
-            if this is not None and this.cancelling():  # run() itself was cancelled
-                self._interrupt = self._interrupt or exc
-        else:
-            if this is not None and this.cancelling() > before and self._interrupt is None:
-                # Cancelled while a step that cannot be interrupted (one in an executor)
-                # finished anyway: its output is recorded, then the cancellation goes on.
-                self._interrupt = asyncio.CancelledError()
+            duration = time.perf_counter() - began
+            if outcome is None:
+                self._announcer.emit(
+                    RunFinished(self._run_id, duration, record.cost, len(record.executed))
+                )
+            else:
+                self._announcer.emit(
+                    RunFailed(self._run_id, duration, outcome, record.invalidated)
+                )
+        settled = await self._checkpointer.settle()
+        settled = await self._announcer.settle() or settled
+        if outcome is None and settled:
+            outcome = asyncio.CancelledError()
+        if outcome is not None:
+            raise outcome
+        return record.result()
 
-    async def _wait(self) -> None:
-        """Wait until a step finishes (or, in plain batch mode, all of them)."""
-        loop = asyncio.get_running_loop()
-        self._wake = loop.create_future()
-        try:
-            await self._wake
-        except asyncio.CancelledError as exc:
-            # run() itself was cancelled (or Ctrl-C reached run_sync): stop every step,
-            # keep everything that finished, and let the cancellation out afterwards.
-            self._interrupt = self._interrupt or exc
+    async def _stop_running(self) -> bool:
+        """Wait until no step runs; return whether this task was cancelled meanwhile."""
+        cancelled = False
+        if self._running and (self._interrupt is not None or self._error is not None):
             self._cancel_running()
-            self._wake_each = False
-            while self._running:
-                self._wake = loop.create_future()
-                await wait_through(self._wake)  # cancelled again meanwhile: on record
-        finally:
-            self._wake = None
-        if not self._running:
-            self._cancelling = False
+        while self._running:
+            self._wake = asyncio.get_running_loop().create_future()
+            try:
+                if await wait_through(self._wake):
+                    cancelled = True
+                    self._interrupt = self._interrupt or asyncio.CancelledError()
+                    self._cancel_running()
+            finally:
+                self._wake = None
+        self._cancelling = False
+        return cancelled
+
+    def _outcome(self, save_error: Exception | None) -> BaseException | None:
+        """What the run raises, given what the last checkpoint raised (if anything)."""
+        record = self._record
+        interrupt = self._interrupt
+        error = self._error or save_error or self._checkpointer.storage_error
+        if interrupt is not None:
+            if error is not None:
+                interrupt.add_note(
+                    f"executionkit: the checkpoint taken on interruption failed: "
+                    f"{type(error).__name__}: {error}"
+                )
+            return interrupt
+        if error is not None:
+            return error
+        if record.failures:
+            return record.failure()
+        if self._more and record.over_budget():
+            return record.budget_exceeded()
+        return None

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from executionkit._graph import Graph
-from executionkit._options import CheckpointFn, OnError, RunOptions, Schedule, UnknownSteps
+from executionkit._options import (
+    CheckpointEvery,
+    CheckpointFn,
+    OnError,
+    RunOptions,
+    Schedule,
+    UnknownSteps,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Iterable, Mapping
+    from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping
     from concurrent.futures import Executor
 
     from executionkit._checkpoint import WorkflowCheckpoint
@@ -16,6 +23,22 @@ if TYPE_CHECKING:
     from executionkit._step import Step
     from executionkit._types import TokenUsage
     from executionkit.events import EventCallback
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_S = TypeVar("_S")
+
+
+def _same_arguments_as(
+    run: Callable[Concatenate[_S, _P], Coroutine[Any, Any, _R]],
+) -> Callable[[Callable[..., _R]], Callable[Concatenate[_S, _P], _R]]:
+    """Give a blocking twin of ``run`` exactly ``run``'s parameters (for type checkers, help())."""
+
+    def twin(method: Callable[..., _R]) -> Callable[Concatenate[_S, _P], _R]:
+        method.__wrapped__ = run  # type: ignore[attr-defined]  # inspect.signature follows it
+        return method
+
+    return twin
 
 
 class Workflow:
@@ -66,6 +89,7 @@ class Workflow:
         max_concurrency: int | None = None,
         on_event: EventCallback | None = None,
         executor: Executor | None = None,
+        checkpoint_every: CheckpointEvery = "batch",
     ) -> WorkflowResult:
         """Run every step not yet recorded, checkpointing after each batch.
 
@@ -132,6 +156,14 @@ class Workflow:
                 are taken in this process. In a thread, ``current_step()`` works;
                 in other executors the step receives ``ctx`` as a plain dict,
                 and it and its values must be picklable.
+            checkpoint_every: In batch mode, ``"batch"`` (default) checkpoints
+                after each batch; ``"step"`` records each step's output and
+                checkpoints as soon as it completes (completions that land
+                while ``checkpoint_fn`` runs are folded into the next call), so
+                a hard crash (kill -9, out of memory) loses at most the steps
+                still running, not their finished siblings. Batch order is the
+                same either way. Choose ``"step"`` when steps are expensive.
+                Eager mode always checkpoints after each completion.
 
         Returns:
             The outputs of every step and the total token usage.
@@ -154,59 +186,41 @@ class Workflow:
             Exception: Whatever ``checkpoint_fn`` raised, with a note naming
                 the checkpoint; no further step was started.
         """
-        options = RunOptions.check(
-            self._graph,
-            initial_context,
-            checkpoint_fn=checkpoint_fn,
-            resume_from=resume_from,
-            run_id=run_id,
-            metadata=metadata,
-            on_error=on_error,
-            budget=budget,
-            rerun=rerun,
-            unknown_steps=unknown_steps,
-            validate_json=validate_json,
-            schedule=schedule,
-            max_concurrency=max_concurrency,
-            on_event=on_event,
-            executor=executor,
-        )
+        # Every parameter above, by name: this signature is the one definition of the
+        # run options (run_sync takes the same), and RunOptions.check the one check.
+        options = RunOptions.check(self._graph, locals())
         # asyncio (and with it ssl, subprocess, concurrent.futures) loads on the first
         # run, so that importing executionkit to read or write checkpoints stays cheap.
         from executionkit._runner import Run  # noqa: PLC0415
 
         return await Run(self._graph, options).execute()
 
-    def run_sync(
-        self,
-        initial_context: Mapping[str, Any] | None = None,
-        *,
-        checkpoint_fn: CheckpointFn | None = None,
-        resume_from: WorkflowCheckpoint | None = None,
-        run_id: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        on_error: OnError = "finish",
-        budget: TokenUsage | None = None,
-        rerun: Collection[str] | None = None,
-        unknown_steps: UnknownSteps = "error",
-        validate_json: bool = False,
-        schedule: Schedule = "batch",
-        max_concurrency: int | None = None,
-        on_event: EventCallback | None = None,
-        executor: Executor | None = None,
-    ) -> WorkflowResult:
-        """Run the workflow from synchronous code; see `run` for the arguments.
+    @_same_arguments_as(run)
+    def run_sync(self, *args: Any, **kwargs: Any) -> WorkflowResult:
+        """Run the workflow from synchronous code; takes the same arguments as `run`.
 
         Starts an event loop with `asyncio.run` and closes it afterwards. Ctrl-C
         cancels the run like a cancelled task: running steps are cancelled, what
-        completed is checkpointed, then `KeyboardInterrupt` propagates.
+        completed is checkpointed, then `KeyboardInterrupt` propagates. SIGTERM
+        (what process managers, containers and deploys send) is treated the
+        same way, then `SystemExit` with status 143 (128 + SIGTERM) propagates;
+        the handler is installed only in the main thread, for the duration of
+        the call, and the previous one is restored afterwards.
 
         Raises:
             RuntimeError: If called while an event loop is running in this
                 thread (use ``await workflow.run(...)`` there instead).
+            SystemExit: With code 143, after SIGTERM, once what completed was
+                checkpointed.
             Exception: Everything `run` raises.
         """
         import asyncio  # noqa: PLC0415 - see run()
+
+        from executionkit._signals import (  # noqa: PLC0415
+            TERMINATED_STATUS,
+            Terminated,
+            terminate_on_sigterm,
+        )
 
         try:
             asyncio.get_running_loop()
@@ -218,21 +232,7 @@ class Workflow:
                 "this thread; use 'await workflow.run(...)' instead"
             )
             raise RuntimeError(msg)
-        return asyncio.run(
-            self.run(
-                initial_context,
-                checkpoint_fn=checkpoint_fn,
-                resume_from=resume_from,
-                run_id=run_id,
-                metadata=metadata,
-                on_error=on_error,
-                budget=budget,
-                rerun=rerun,
-                unknown_steps=unknown_steps,
-                validate_json=validate_json,
-                schedule=schedule,
-                max_concurrency=max_concurrency,
-                on_event=on_event,
-                executor=executor,
-            )
-        )
+        try:
+            return asyncio.run(terminate_on_sigterm(self.run(*args, **kwargs)))
+        except Terminated:
+            raise SystemExit(TERMINATED_STATUS) from None

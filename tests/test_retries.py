@@ -21,7 +21,7 @@ from executionkit import (
     WorkflowDefinitionError,
     WorkflowFailed,
     WorkflowResult,
-    _runner,
+    _attempt,
     current_step,
 )
 from executionkit._step import retry_wait
@@ -502,8 +502,8 @@ async def test_the_runner_waits_retry_wait_between_attempts(
         waits.append((attempt, draw, retry_wait(step, attempt, draw)))
         return 0.0  # the computed wait is recorded; the test does not sit through it
 
-    monkeypatch.setattr(_runner, "retry_wait", recording_wait)
-    monkeypatch.setattr(_runner, "_jitter_draw", lambda: 0.5)
+    monkeypatch.setattr(_attempt, "retry_wait", recording_wait)
+    monkeypatch.setattr(_attempt, "_jitter_draw", lambda: 0.5)
 
     async def always(ctx: Mapping[str, Any]) -> str:
         raise OSError("unavailable")
@@ -520,7 +520,7 @@ async def test_no_wait_when_the_failure_is_not_retried(monkeypatch: pytest.Monke
         waits.append(attempt)
         return 0.0
 
-    monkeypatch.setattr(_runner, "retry_wait", recording_wait)
+    monkeypatch.setattr(_attempt, "retry_wait", recording_wait)
 
     async def failing(ctx: Mapping[str, Any]) -> str:
         raise TypeError("not retryable")

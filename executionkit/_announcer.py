@@ -1,0 +1,135 @@
+"""Telling listeners what a run does: the `on_event` callback and debug logging.
+
+An `Announcer` is only consulted when someone listens (``observed``): the run
+skips building events altogether otherwise. Whatever a listener raises is
+logged and never reaches the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from executionkit._aio import wait_through
+
+if TYPE_CHECKING:
+    import contextvars
+    from collections.abc import Callable
+
+    from executionkit.events import Event
+
+LOG = logging.getLogger("executionkit")
+
+
+class Announcer:
+    """Delivers the events of one run, in order, to its listeners."""
+
+    __slots__ = (
+        "_began",
+        "_callback",
+        "_caller_context",
+        "_failures",
+        "_pending",
+        "_server",
+        "observed",
+    )
+
+    def __init__(
+        self, callback: Callable[[Any], object] | None, caller_context: contextvars.Context
+    ) -> None:
+        """Serve ``callback`` (may be None); its async work runs in ``caller_context``."""
+        self._callback = callback
+        self._caller_context = caller_context
+        self.observed = callback is not None or LOG.isEnabledFor(logging.DEBUG)
+        self._began: dict[int, float] = {}
+        self._pending: list[Event | _Pending] = []
+        self._server: asyncio.Task[None] | None = None
+        self._failures = 0
+
+    def began(self, position: int) -> None:
+        """Note when the step at ``position`` started its first attempt."""
+        self._began[position] = time.perf_counter()
+
+    def duration(self, position: int) -> float:
+        """Seconds since the step at ``position`` began (0.0 if it never did)."""
+        began = self._began.get(position)
+        return 0.0 if began is None else time.perf_counter() - began
+
+    def emit(self, event: Event) -> None:
+        """Log ``event`` at debug level and hand it to the on_event callback.
+
+        A plain callback is called right away. A callback returning an awaitable
+        (a coroutine function) is served by one task of the run, in order; the
+        run waits for it (`settle`) before returning.
+        """
+        if LOG.isEnabledFor(logging.DEBUG):
+            LOG.debug("%s", event)
+        callback = self._callback
+        if callback is None:
+            return
+        if self._pending or self._server is not None:
+            self._queue(event)
+            return
+        try:
+            outcome = callback(event)
+        except Exception as exc:  # noqa: BLE001 - a listener never breaks the run
+            self._callback_failed(event, exc)
+            return
+        if inspect.isawaitable(outcome):
+            self._queue(_Pending(event, outcome))
+
+    async def settle(self) -> bool:
+        """Wait until every queued event was delivered; return whether cancelled meanwhile."""
+        cancelled = False
+        while self._server is not None and not self._server.done():
+            cancelled = await wait_through(self._server) or cancelled
+        return cancelled
+
+    def _callback_failed(self, event: object, error: Exception) -> None:
+        """Report a failing on_event callback: the first time in full, then briefly."""
+        self._failures += 1
+        what = type(event).__name__
+        if self._failures == 1:
+            LOG.warning(
+                "executionkit: the on_event callback raised on %s; the run goes on "
+                "(later failures of this callback are logged at debug level)",
+                what,
+                exc_info=error,
+            )
+        else:
+            LOG.debug("executionkit: the on_event callback raised on %s", what, exc_info=error)
+
+    def _queue(self, item: Event | _Pending) -> None:
+        self._pending.append(item)
+        if self._server is None or self._server.done():
+            self._server = asyncio.get_running_loop().create_task(
+                self._serve(), context=self._caller_context
+            )
+
+    async def _serve(self) -> None:
+        callback = self._callback
+        assert callback is not None  # noqa: S101 - only queued when there is one
+        while self._pending:
+            item = self._pending.pop(0)
+            try:
+                if isinstance(item, _Pending):
+                    await item.awaitable
+                    continue
+                outcome = callback(item)
+                if inspect.isawaitable(outcome):
+                    await outcome
+            except Exception as exc:  # noqa: BLE001 - a listener never breaks the run
+                self._callback_failed(item.event if isinstance(item, _Pending) else item, exc)
+
+
+class _Pending:
+    """An awaitable a plain on_event callback returned, awaited in event order."""
+
+    __slots__ = ("awaitable", "event")
+
+    def __init__(self, event: Event, awaitable: Any) -> None:
+        self.event = event
+        self.awaitable = awaitable

@@ -1,0 +1,218 @@
+"""Running one step: its function called inline, in a task, or in an executor.
+
+`Attempts` knows how to call a step and get its output: with ``current_step()``
+set, each attempt under its timeout, retries with backoff, plain functions in
+the run's executor. It returns the output or raises what the step raised; what
+happens to either (recording, failure policy) is the run's business.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+from concurrent.futures import ThreadPoolExecutor
+from types import CoroutineType
+from typing import TYPE_CHECKING, Any
+
+from executionkit._aio import wait_through
+from executionkit._context import ContextView
+from executionkit._step import retry_wait
+from executionkit._step_context import CURRENT_STEP, StepContext
+from executionkit.events import StepRetried, StepStarted
+
+if TYPE_CHECKING:
+    from collections.abc import Coroutine, Generator
+    from concurrent.futures import Executor
+
+    from executionkit._announcer import Announcer
+    from executionkit._checkpointer import Checkpointer
+    from executionkit._graph import Graph
+    from executionkit._step import Step
+
+
+def _call_as(current: StepContext, run: Any, view: ContextView) -> Any:
+    CURRENT_STEP.set(current)  # inside a copied context: undone when the copy is dropped
+    return run(view)
+
+
+async def _with_timeout(awaitable: Any, name: str, attempt: int, seconds: float) -> Any:
+    try:
+        async with asyncio.timeout(seconds) as scope:
+            return await awaitable
+    except TimeoutError:
+        if not scope.expired():
+            raise  # the step's own TimeoutError, not ours
+        msg = f"step {name!r} attempt {attempt} timed out after {seconds:g} s"
+        raise TimeoutError(msg) from None
+
+
+async def _finish_elsewhere(work: asyncio.Future[Any]) -> Any:
+    """Await work running in an executor, which a cancellation cannot stop.
+
+    A thread or a worker process cannot be interrupted, so run() must not return
+    while it still runs: wait for it even if cancelled. If it completed, its output
+    is returned (and so recorded and checkpointed: it was paid for); otherwise the
+    cancellation goes on.
+    """
+    cancelled = await wait_through(work)
+    if cancelled and (work.cancelled() or work.exception() is not None):
+        raise asyncio.CancelledError
+    return work.result()
+
+
+def _jitter_draw() -> float:
+    import random  # noqa: PLC0415 - only retrying steps pay for the import
+
+    return random.random()  # noqa: S311 - jitter, not cryptography
+
+
+class InContext:
+    """Await a coroutine inside a given `contextvars.Context`, without a task.
+
+    Each resumption of the coroutine runs through ``context.run``, exactly as a
+    task created with that context would drive it; whatever it yields (the
+    futures it waits on) passes through to the task awaiting this object.
+    """
+
+    __slots__ = ("_context", "_coro")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], context: contextvars.Context) -> None:
+        """Drive ``coro`` inside ``context``."""
+        self._coro = coro
+        self._context = context
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        """Run the coroutine to its end, one resumption at a time, inside the context."""
+        run = self._context.run
+        send = self._coro.send
+        throw = self._coro.throw
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                yielded = run(send, value) if error is None else run(throw, error)
+            except StopIteration as stop:
+                return stop.value
+            try:
+                value = yield yielded
+                error = None
+            except GeneratorExit:
+                self._coro.close()
+                raise
+            except BaseException as exc:  # noqa: BLE001 - handed on to the coroutine
+                value = None
+                error = exc
+
+
+class Attempts:
+    """Calls the steps of one run and returns (or raises) what they give."""
+
+    __slots__ = (
+        "_announcer",
+        "_caller_context",
+        "_context",
+        "_executor",
+        "_graph",
+        "_host",
+        "_outputs",
+        "_run_id",
+    )
+
+    def __init__(
+        self,
+        graph: Graph,
+        *,
+        context: dict[str, Any],
+        outputs: dict[str, Any],
+        run_id: str,
+        host: Checkpointer,
+        executor: Executor | None,
+        announcer: Announcer,
+        caller_context: contextvars.Context,
+    ) -> None:
+        """Run steps of ``graph`` reading ``context`` and the recorded ``outputs``."""
+        self._graph = graph
+        self._context = context
+        self._outputs = outputs
+        self._run_id = run_id
+        self._host = host
+        self._executor = executor
+        self._announcer = announcer
+        self._caller_context = caller_context
+
+    async def run(self, position: int) -> Any:
+        """Run the step at ``position`` to its output; raise what its last attempt raised."""
+        step = self._graph.steps[position]
+        view = ContextView(self._graph, position, self._context, self._outputs)
+        if step.retries or step.timeout is not None:
+            return await self._attempts(position, step, view)
+        # The common case, kept lean: one attempt, nothing to time.
+        token = CURRENT_STEP.set((self._host, step.name, self._run_id, 1, 1))
+        try:
+            executor = self._executor
+            result = step.run(view) if executor is None else self._call(position, step, view)
+            if type(result) is CoroutineType or inspect.isawaitable(result):
+                result = await result
+        finally:
+            CURRENT_STEP.reset(token)
+        return result
+
+    def call_inline(self, position: int) -> Any:
+        """Call a plain-function step right here, in a copy of the run's context.
+
+        A plain function runs on the loop thread whether or not it has a task of
+        its own, so a task would only add overhead. The copied context keeps the
+        context variables it sets its own. Returns what the function returned
+        (which may be an awaitable), or raises what it raised.
+        """
+        step = self._graph.steps[position]
+        view = ContextView(self._graph, position, self._context, self._outputs)
+        current = StepContext(self._host, step.name, self._run_id, 1, 1)
+        return self._caller_context.copy().run(_call_as, current, step.run, view)
+
+    def _call(self, position: int, step: Step, view: ContextView) -> Any:
+        """Call the step's function; a plain one goes to the executor if the run has one."""
+        executor = self._executor
+        if executor is None or position not in self._graph.plain:
+            return step.run(view)
+        loop = asyncio.get_running_loop()
+        if isinstance(executor, ThreadPoolExecutor):
+            # A thread can run in a copy of this context: current_step() works there.
+            work = loop.run_in_executor(executor, contextvars.copy_context().run, step.run, view)
+        else:
+            # Processes and cluster workers get what can be pickled: the function and a
+            # plain dict of its ctx.
+            work = loop.run_in_executor(executor, step.run, dict(view))
+        return _finish_elsewhere(work)
+
+    async def _attempts(self, position: int, step: Step, view: ContextView) -> Any:
+        """The general case: a timeout per attempt, and retries with backoff."""
+        attempt = 1
+        while True:
+            token = CURRENT_STEP.set(
+                StepContext(self._host, step.name, self._run_id, attempt, step.retries + 1)
+            )
+            try:
+                result = self._call(position, step, view)
+                if inspect.isawaitable(result):
+                    if step.timeout is None:
+                        result = await result
+                    else:
+                        result = await _with_timeout(result, step.name, attempt, step.timeout)
+            except Exception as exc:
+                if attempt > step.retries or not isinstance(exc, step.retry_on):
+                    raise
+                failure = exc
+            else:
+                return result
+            finally:
+                CURRENT_STEP.reset(token)
+            delay = retry_wait(step, attempt, _jitter_draw())
+            announcer = self._announcer
+            if announcer.observed:
+                announcer.emit(StepRetried(self._run_id, step.name, attempt, failure, delay))
+            await asyncio.sleep(delay)
+            attempt += 1
+            if announcer.observed:
+                announcer.emit(StepStarted(self._run_id, step.name, attempt))

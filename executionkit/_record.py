@@ -1,0 +1,288 @@
+"""What one run knows, and the checkpoints taken of it.
+
+`Record` is plain state, with no asyncio in it: the outputs that landed and
+were recorded (the append-only log), token usage, failures and in-step
+progress. It builds checkpoints (`snapshot`) and knows what is new since the
+last one. It is the one place to read to learn what a checkpoint holds.
+
+An output *lands* when its step returns, and is *recorded* when the run merges
+what landed into the log (in declaration order within a merge); checkpoints
+describe recorded outputs. A counter of changes tells whether anything
+changed since the last checkpoint was handed over.
+"""
+
+from __future__ import annotations
+
+import time
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from executionkit._checkpoint import SharedFields, WorkflowCheckpoint, trusted_checkpoint
+from executionkit._errors import BudgetExceeded, WorkflowFailed
+from executionkit._plain import plain_copy
+from executionkit._result import WorkflowResult
+from executionkit._resume import Restored, restore
+from executionkit._snapshot import OutputLog
+from executionkit._types import PatternResult, TokenUsage
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from executionkit._graph import Graph
+    from executionkit._options import RunOptions
+
+EMPTY: MappingProxyType[str, Any] = MappingProxyType({})
+_ZERO = TokenUsage()
+
+
+def reached(usage: TokenUsage, budget: TokenUsage | None) -> bool:
+    """Whether ``usage`` reached any non-zero limit of ``budget``."""
+    if budget is None:
+        return False
+    return any(
+        limit and used >= limit
+        for used, limit in (
+            (usage.input_tokens, budget.input_tokens),
+            (usage.output_tokens, budget.output_tokens),
+            (usage.llm_calls, budget.llm_calls),
+        )
+    )
+
+
+class Record:
+    """The record of one run: what landed, what it cost, and the checkpoints of it."""
+
+    def __init__(self, graph: Graph, options: RunOptions) -> None:
+        """Restore ``options.resume_from`` (checked against ``graph``)."""
+        self.graph = graph
+        self.budget = options.budget
+        self._validate_json = options.validate_json
+        context = options.context
+        if options.resume_from is None:
+            state = Restored(
+                {}, {}, {}, TokenUsage(), 0, options.run_id, options.metadata or EMPTY
+            )
+        else:
+            state = restore(
+                graph,
+                options.resume_from,
+                context,
+                run_id=options.run_id,
+                metadata=options.metadata,
+                rerun=options.rerun,
+                unknown_steps=options.unknown_steps,
+            )
+        # Live outputs feed ctx and the result; stored forms (after Step.encode) feed
+        # checkpoints. Without codecs both hold the same objects.
+        self.outputs = state.outputs
+        self.log = OutputLog(state.stored)
+        self.progress = state.progress
+        self.cost = state.cost
+        self.seq = state.seq
+        self.invalidated = MappingProxyType(state.invalidated)
+        self.discarded = state.discarded
+        self.run_id = state.run_id if state.run_id is not None else _new_run_id()
+        self.restored = tuple(name for name in graph.names if name in self.outputs)
+        self.executed: list[str] = []
+        # Failures of this run, by position; they stay in every later checkpoint's `errors`.
+        self.failures: dict[int, Exception] = {}
+        # Outputs that landed since the last merge: position -> (live output, stored form).
+        self.landed: dict[int, tuple[Any, Any]] = {}
+        # Every change bumps `changes`; a checkpoint handed over covers the `changes`
+        # it saw, and `saved` is the last count that was handed over.
+        self.changes = 0
+        self.saved = 0
+        self.last: WorkflowCheckpoint | None = options.resume_from
+        self._shared = SharedFields(
+            self.log, graph.step_info, self.run_id, tuple(sorted(context)), state.metadata
+        )
+        self._snapshot_length = len(self.log)
+        self._reported: set[str] = set()
+
+    # --- what lands -----------------------------------------------------------------------
+
+    def land(self, position: int, result: Any) -> TokenUsage | None:
+        """Hold the output a step returned until the next merge; return its cost.
+
+        Returns None when the output cannot be recorded (its ``encode`` raised, or
+        ``validate_json`` refused it): the step is then recorded as failed, though
+        its cost counts, since it was spent.
+        """
+        cost = _ZERO
+        if isinstance(result, PatternResult):
+            cost = result.cost
+            self.cost += cost
+            result = result.value
+        if self._validate_json or position in self.graph.encoded:
+            try:
+                stored = self._storable(position, result)
+            except Exception as exc:  # noqa: BLE001 - an unrecordable output fails its step
+                self.fail(position, exc)
+                return None
+        else:
+            stored = result
+        self.landed[position] = (result, stored)
+        if self.progress:
+            self.progress.pop(self.graph.names[position], None)
+        self.changes += 1
+        return cost
+
+    def fail(self, position: int, error: Exception) -> None:
+        """Record that the step at ``position`` failed with ``error``."""
+        self.failures[position] = error
+        self.changes += 1
+
+    def save_progress(self, name: str, value: object) -> int:
+        """Record ``value`` as the progress of step ``name``; return the change count."""
+        self.progress[name] = plain_copy(value, f"progress of step {name!r}")
+        self.changes += 1
+        return self.changes
+
+    def _storable(self, position: int, output: Any) -> Any:
+        """The form of ``output`` that goes into checkpoints, checked if asked to."""
+        step = self.graph.steps[position]
+        stored = output
+        if step.encode is not None:
+            try:
+                stored = step.encode(output)
+            except Exception as exc:
+                exc.add_note(f"executionkit: encode of step {step.name!r} failed")
+                raise
+        if self._validate_json:
+            # The checked copy is what gets recorded: later changes to the live object
+            # (a dependent step mutating its ctx value) cannot reach a checkpoint.
+            stored = plain_copy(stored, f"output of step {step.name!r}")
+        return stored
+
+    def merge(self) -> list[int]:
+        """Record what landed, in declaration order; return those positions."""
+        landed = self.landed
+        completed = sorted(landed)
+        names = self.graph.names
+        outputs = self.outputs
+        record = self.log.append
+        executed = self.executed.append
+        for position in completed:
+            name = names[position]
+            live, stored = landed[position]
+            outputs[name] = live
+            record(name, stored)
+            executed(name)
+        landed.clear()
+        return completed
+
+    def over_budget(self) -> bool:
+        """Whether the token usage reached the run's budget."""
+        return self.budget is not None and reached(self.cost, self.budget)
+
+    # --- checkpoints ----------------------------------------------------------------------
+
+    def unsaved(self) -> bool:
+        """Whether anything changed since the last checkpoint handed over."""
+        return self.changes != self.saved
+
+    def snapshot(self) -> WorkflowCheckpoint:
+        """Take a checkpoint of everything recorded (and landed) so far."""
+        self.seq += 1
+        log = self.log
+        since = self._snapshot_length
+        length = self._snapshot_length = len(log.names)
+        # Every other field is computed from these when first read (see
+        # executionkit._checkpoint._Deferred): most checkpoints are stored or
+        # dropped without anyone reading their views or timestamp.
+        fields: dict[str, Any] = {
+            "step_index": length,
+            "cost": self.cost,
+            "seq": self.seq,
+            "_shared": self._shared,
+            "_since": since,
+            "_ns": time.time_ns(),
+        }
+        if self.failures:
+            fields["errors"] = self._error_texts()
+        if self.landed or self.progress or self._reported:
+            self._describe_exactly(fields, since)
+        checkpoint = trusted_checkpoint(fields)
+        self.last = checkpoint
+        return checkpoint
+
+    def _describe_exactly(self, fields: dict[str, Any], since: int) -> None:
+        """Fill in the fields a rare checkpoint cannot derive from the log alone.
+
+        Mid-batch (a step saved progress), outputs that landed in this batch are
+        not in the log yet, so the checkpoint gets a copy; steps holding progress
+        are described in ``step_info`` too; and names a mid-batch checkpoint
+        already announced as new are not announced again.
+        """
+        log = self.log
+        info = self.graph.step_info
+        outputs: Mapping[str, Any] = log.outputs(len(log.names))
+        new = log.names_between(since, len(log.names))
+        if self.landed:
+            names = self.graph.names
+            landed = sorted(self.landed)
+            copied = dict(outputs)
+            copied.update((names[p], self.landed[p][1]) for p in landed)
+            outputs = MappingProxyType(copied)
+            new += tuple(names[p] for p in landed)
+        if self._reported:
+            new = tuple(name for name in new if name not in self._reported)
+        if self.landed:
+            self._reported.update(new)
+        else:
+            self._reported.clear()
+        described = {**outputs, **self.progress}
+        fields["step_index"] = len(outputs)
+        fields["outputs"] = outputs
+        fields["step_info"] = MappingProxyType({name: info[name] for name in described})
+        fields["new_outputs"] = new
+        if self.progress:
+            fields["progress"] = MappingProxyType(dict(self.progress))
+
+    def _error_texts(self) -> Mapping[str, str]:
+        names = self.graph.names
+        return MappingProxyType(
+            {names[p]: f"{type(e).__name__}: {e}" for p, e in sorted(self.failures.items())}
+        )
+
+    def latest(self) -> WorkflowCheckpoint:
+        """The checkpoint of everything recorded, taking one in memory if none is current."""
+        if self.last is None or self.changes != self.saved:
+            self.snapshot()
+            self.saved = self.changes
+        assert self.last is not None  # noqa: S101 - snapshot() sets it
+        return self.last
+
+    # --- how a run ends -------------------------------------------------------------------
+
+    def failure(self) -> WorkflowFailed:
+        """The `WorkflowFailed` for the failures recorded, with the latest checkpoint."""
+        names = self.graph.names
+        errors = {names[p]: exc for p, exc in sorted(self.failures.items())}
+        error = WorkflowFailed(errors, self.latest())
+        error.__cause__ = next(iter(errors.values()))
+        return error
+
+    def budget_exceeded(self) -> BudgetExceeded:
+        """The `BudgetExceeded` for the budget reached, with the latest checkpoint."""
+        assert self.budget is not None  # noqa: S101 - only called once over_budget() said so
+        return BudgetExceeded(self.latest(), self.cost, self.budget)
+
+    def result(self) -> WorkflowResult:
+        """The `WorkflowResult` of a run that completed."""
+        outputs = self.outputs
+        return WorkflowResult(
+            outputs=MappingProxyType({name: outputs[name] for name in self.graph.names}),
+            cost=self.cost,
+            run_id=self.run_id,
+            executed=tuple(self.executed),
+            skipped=self.restored,
+            invalidated=self.invalidated,
+            discarded=self.discarded,
+        )
+
+
+def _new_run_id() -> str:
+    import os  # noqa: PLC0415 - tiny, and only fresh runs need it
+
+    return os.urandom(16).hex()
