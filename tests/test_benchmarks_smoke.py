@@ -89,3 +89,22 @@ def test_checkpoint_cost_prints_a_row_per_way_on_tiny_chains() -> None:
     lines = done.stdout.splitlines()
     assert lines[0] == "| checkpoint_fn | 10 steps | 20 steps | growth |"
     assert [line.split(" | ")[0] for line in lines[2:]] == ["| none", "| drop", "| keep"]
+
+
+def test_cancel_soak_prints_a_row_per_schedule() -> None:
+    """`cancel_soak.py` runs its trials and prints one row per schedule, exit status 0."""
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "cancel_soak.py"),
+        "--trials",
+        "5",
+        "--seed",
+        "7",
+    ]
+    done = subprocess.run(  # noqa: S603 - our own interpreter and script
+        command, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "| schedule | trials | trials with a broken promise |"
+    assert lines[2:4] == ["| batch | 5 | 0 |", "| eager | 5 | 0 |"]
