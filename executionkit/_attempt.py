@@ -13,7 +13,7 @@ import contextvars
 import inspect
 from concurrent.futures import ThreadPoolExecutor
 from types import CoroutineType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from executionkit._aio import wait_through
 from executionkit._context import ContextView
@@ -105,8 +105,23 @@ class InContext:
                 error = exc
 
 
+class Landing(Protocol):
+    """What a run is told about each step: how it ended, and that it is over."""
+
+    cancelling: bool
+    """Whether the run is cancelling its steps (a CancelledError is then its own)."""
+
+    def landed_result(self, position: int, result: Any) -> None: ...
+
+    def landed_error(self, position: int, error: Exception) -> None: ...
+
+    def landed_interrupt(self, error: BaseException) -> None: ...
+
+    def finished(self, position: int) -> None: ...
+
+
 class Attempts:
-    """Calls the steps of one run and returns (or raises) what they give."""
+    """Runs the steps of one run and tells the run how each ended."""
 
     __slots__ = (
         "_announcer",
@@ -115,6 +130,7 @@ class Attempts:
         "_executor",
         "_graph",
         "_host",
+        "_landing",
         "_outputs",
         "_run_id",
     )
@@ -130,6 +146,7 @@ class Attempts:
         executor: Executor | None,
         announcer: Announcer,
         caller_context: contextvars.Context,
+        landing: Landing,
     ) -> None:
         """Run steps of ``graph`` reading ``context`` and the recorded ``outputs``."""
         self._graph = graph
@@ -140,6 +157,70 @@ class Attempts:
         self._executor = executor
         self._announcer = announcer
         self._caller_context = caller_context
+        self._landing = landing
+
+    async def task(self, position: int) -> None:
+        """The body of a step's task (or of a lone step): run it, then land how it ended."""
+        landing = self._landing
+        try:
+            result = await self.run(position)
+        except asyncio.CancelledError:
+            this = asyncio.current_task()
+            if not landing.cancelling and (this is None or not this.cancelling()):
+                # The step raised CancelledError itself: an interrupt, not a failure.
+                name = self._graph.names[position]
+                landing.landed_interrupt(asyncio.CancelledError(f"step {name!r} was cancelled"))
+            raise
+        except Exception as exc:  # noqa: BLE001 - a step's failure is data here
+            landing.landed_error(position, exc)
+        except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt, SystemExit, ...
+            # Raised inside a task they would tear through the event loop before the
+            # completed outputs could be checkpointed; carried out as an interrupt instead.
+            landing.landed_interrupt(exc)
+        else:
+            landing.landed_result(position, result)
+        finally:
+            landing.finished(position)
+
+    def inline(self, position: int) -> asyncio.Task[None] | None:
+        """Run a plain-function step right here, and land how it ended.
+
+        A plain function runs on the loop thread whether or not it has a task of
+        its own, so a task would only add overhead. It runs in a copy of the run's
+        context, so the context variables it sets stay its own. One that returns
+        an awaitable is awaited in a task after all, which is returned.
+        """
+        landing = self._landing
+        step = self._graph.steps[position]
+        view = ContextView(self._graph, position, self._context, self._outputs)
+        current = StepContext(self._host, step.name, self._run_id, 1, 1)
+        try:
+            result = self._caller_context.copy().run(_call_as, current, step.run, view)
+        except Exception as exc:  # noqa: BLE001 - a step's failure is data here
+            landing.landed_error(position, exc)
+            return None
+        except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt, SystemExit, ...
+            landing.landed_interrupt(exc)
+            return None
+        if inspect.isawaitable(result):
+            return asyncio.get_running_loop().create_task(self._returned(position, result))
+        landing.landed_result(position, result)
+        return None
+
+    async def _returned(self, position: int, awaitable: Any) -> None:
+        landing = self._landing
+        try:
+            result = await awaitable
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a step's failure is data here
+            landing.landed_error(position, exc)
+        except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt, SystemExit, ...
+            landing.landed_interrupt(exc)
+        else:
+            landing.landed_result(position, result)
+        finally:
+            landing.finished(position)
 
     async def run(self, position: int) -> Any:
         """Run the step at ``position`` to its output; raise what its last attempt raised."""
@@ -157,19 +238,6 @@ class Attempts:
         finally:
             CURRENT_STEP.reset(token)
         return result
-
-    def call_inline(self, position: int) -> Any:
-        """Call a plain-function step right here, in a copy of the run's context.
-
-        A plain function runs on the loop thread whether or not it has a task of
-        its own, so a task would only add overhead. The copied context keeps the
-        context variables it sets its own. Returns what the function returned
-        (which may be an awaitable), or raises what it raised.
-        """
-        step = self._graph.steps[position]
-        view = ContextView(self._graph, position, self._context, self._outputs)
-        current = StepContext(self._host, step.name, self._run_id, 1, 1)
-        return self._caller_context.copy().run(_call_as, current, step.run, view)
 
     def _call(self, position: int, step: Step, view: ContextView) -> Any:
         """Call the step's function; a plain one goes to the executor if the run has one."""

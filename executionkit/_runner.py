@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import heapq
-import inspect
 import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -70,8 +69,8 @@ class Run:
             executor=options.executor,
             announcer=announcer,
             caller_context=caller_context,
+            landing=self,
         )
-        self._attempt = self._attempts.run
         self._run_id = record.run_id
         self._on_error = options.on_error
         self._budget = options.budget
@@ -94,7 +93,7 @@ class Run:
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._running = 0
         self._wake: asyncio.Future[None] | None = None
-        self._cancelling = False
+        self.cancelling = False
         self._task: asyncio.Task[Any] | None = None
         # How the run is stopping, if it is: an interrupt (a cancellation, Ctrl-C, a
         # step raising KeyboardInterrupt) or an error of the run itself (checkpoint_fn).
@@ -254,7 +253,7 @@ class Run:
     def _spawn(self, position: int, take: Callable[[], int], more: int) -> None:
         """Start a task for ``position``, then for ``more`` steps got from ``take()``."""
         create_task = asyncio.get_running_loop().create_task
-        body = self._step_task
+        body = self._attempts.task
         tasks = self._tasks
         observed = self._observed
         started = 0
@@ -273,61 +272,15 @@ class Run:
         self._announcer.began(position)
         self._announcer.emit(StepStarted(self._run_id, self._graph.names[position], 1))
 
-    async def _step_task(self, position: int) -> None:
-        """The body of a step's task: run it, then land how it ended."""
-        try:
-            result = await self._attempt(position)
-        except asyncio.CancelledError:
-            this = asyncio.current_task()
-            if not self._cancelling and (this is None or not this.cancelling()):
-                # The step raised CancelledError itself: an interrupt, not a failure.
-                name = self._graph.names[position]
-                self._landed_interrupt(asyncio.CancelledError(f"step {name!r} was cancelled"))
-            raise
-        except Exception as exc:  # noqa: BLE001 - a step's failure is data here
-            self._landed_error(position, exc)
-        except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt, SystemExit, ...
-            # Raised inside a task they would tear through the event loop before the
-            # completed outputs could be checkpointed; carried out as an interrupt instead.
-            self._landed_interrupt(exc)
-        else:
-            self._landed_result(position, result)
-        finally:
-            self._finished(position)
-
     def _run_inline(self, position: int) -> None:
         """Call a plain-function step right here: no task, same outcome as one."""
         if self._observed:
             self._began(position)
-        try:
-            result = self._attempts.call_inline(position)
-        except Exception as exc:  # noqa: BLE001 - a step's failure is data here
-            self._landed_error(position, exc)
-            return
-        except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt, SystemExit, ...
-            self._landed_interrupt(exc)
-            return
-        if inspect.isawaitable(result):
-            # A plain function that returned an awaitable: await it in a task after all.
-            task = asyncio.get_running_loop().create_task(self._await_returned(position, result))
+        task = self._attempts.inline(position)
+        if task is not None:
+            # A plain function that returned an awaitable: awaited in a task after all.
             self._tasks[position] = task
             self._running += 1
-            return
-        self._landed_result(position, result)
-
-    async def _await_returned(self, position: int, awaitable: Any) -> None:
-        try:
-            result = await awaitable
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a step's failure is data here
-            self._landed_error(position, exc)
-        except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt, SystemExit, ...
-            self._landed_interrupt(exc)
-        else:
-            self._landed_result(position, result)
-        finally:
-            self._finished(position)
 
     async def _run_lone(self, position: int) -> None:
         """A batch of one async step: run it right here, in a context of its own.
@@ -343,13 +296,14 @@ class Run:
             self._began(position)
         this = self._task
         before = 0 if this is None else this.cancelling()
-        await InContext(self._step_task(position), self._caller_context.copy())
+        await InContext(self._attempts.task(position), self._caller_context.copy())
         if this is not None and this.cancelling() > before and self._interrupt is None:
             # Cancelled while a step that cannot be interrupted (one in an executor)
             # finished anyway: its output is recorded, then the cancellation goes on.
             self._interrupt = asyncio.CancelledError()
 
-    def _landed_result(self, position: int, result: Any) -> None:
+    def landed_result(self, position: int, result: Any) -> None:
+        """The step at ``position`` returned ``result``: hold it for the next merge."""
         cost = self._record.land(position, result)
         if cost is None:
             self._after_failure(position)
@@ -358,7 +312,8 @@ class Run:
             duration = self._announcer.duration(position)
             self._announcer.emit(StepFinished(self._run_id, name, duration, cost))
 
-    def _landed_error(self, position: int, error: Exception) -> None:
+    def landed_error(self, position: int, error: Exception) -> None:
+        """The step at ``position`` failed with ``error`` (after its retries)."""
         self._record.fail(position, error)
         self._after_failure(position)
 
@@ -371,11 +326,13 @@ class Run:
         if self._on_error == "cancel":
             self._cancel_running()
 
-    def _landed_interrupt(self, error: BaseException) -> None:
+    def landed_interrupt(self, error: BaseException) -> None:
+        """A step raised an interrupt: stop every step; the run then raises it."""
         self._interrupt = self._interrupt or error
         self._cancel_running()
 
-    def _finished(self, position: int) -> None:
+    def finished(self, position: int) -> None:
+        """The step at ``position`` is no longer running; wake the loop if it waits for that."""
         self._tasks.pop(position, None)
         self._running -= 1
         wake = self._wake
@@ -401,7 +358,7 @@ class Run:
         self._cancel_running()
 
     def _cancel_running(self) -> None:
-        self._cancelling = True
+        self.cancelling = True
         for position, task in list(self._tasks.items()):
             if task.done():
                 continue
@@ -412,7 +369,7 @@ class Run:
         # A task cancelled before its first step never runs its body, which would have
         # said it finished (and taken it out of _tasks).
         if self._tasks.get(position) is task:
-            self._finished(position)
+            self.finished(position)
 
     async def _exit(self, began: float) -> WorkflowResult:
         """End the run: the only place it returns or raises once steps may have started.
@@ -463,7 +420,7 @@ class Run:
                     self._cancel_running()
             finally:
                 self._wake = None
-        self._cancelling = False
+        self.cancelling = False
         return cancelled
 
     def _outcome(self, save_error: Exception | None) -> BaseException | None:
