@@ -22,6 +22,7 @@ from executionkit.events import CheckpointTaken
 
 if TYPE_CHECKING:
     import contextvars
+    from collections.abc import Callable
 
     from executionkit._announcer import Announcer
     from executionkit._checkpoint import WorkflowCheckpoint
@@ -45,12 +46,18 @@ class Checkpointer:
         checkpoint_fn: CheckpointFn | None,
         announcer: Announcer,
         caller_context: contextvars.Context,
+        on_failure: Callable[[], None],
     ) -> None:
-        """Serve ``checkpoint_fn`` (None: checkpoints are only taken in memory)."""
+        """Serve ``checkpoint_fn`` (None: checkpoints are only taken in memory).
+
+        ``on_failure`` is called once ``checkpoint_fn`` has raised: nothing the
+        run does from then on can be saved, so the run stops its steps.
+        """
         self._record = record
         self._fn = checkpoint_fn
         self._announcer = announcer
         self._caller_context = caller_context
+        self._on_failure = on_failure
         self.storage_error: Exception | None = None
         # The turn to call checkpoint_fn: `_writing` while someone holds it, and the
         # futures of those waiting for it, in order.
@@ -197,6 +204,7 @@ class Checkpointer:
             exc.add_note(f"executionkit: the checkpoint recorded these step failures: {failed}")
         self.storage_error = exc
         self._resolve_waiters(exc)
+        self._on_failure()
 
     # --- in-step progress (the host side of StepContext) ----------------------------------
 

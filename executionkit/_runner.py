@@ -59,7 +59,9 @@ class Run:
         self._caller_context = caller_context
         self._announcer = announcer = Announcer(options.on_event, caller_context)
         self._observed = announcer.observed
-        self._checkpointer = Checkpointer(record, options.checkpoint_fn, announcer, caller_context)
+        self._checkpointer = Checkpointer(
+            record, options.checkpoint_fn, announcer, caller_context, self._cancel_running
+        )
         self._attempts = Attempts(
             graph,
             context=options.context,
