@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from executionkit import Step, Workflow, WorkflowCheckpoint, current_step
-from executionkit import _runner
+from executionkit import Step, Workflow, WorkflowCheckpoint, _runner, current_step
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Mapping
@@ -28,8 +27,10 @@ if TYPE_CHECKING:
 BOUND = 5.0
 
 
-async def ended_within_bound(run: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-    """Run ``run`` in a task; fail if it has not ended within the bound."""
+async def ended_within_bound(
+    run: Coroutine[Any, Any, Any] | asyncio.Future[Any],
+) -> asyncio.Future[Any]:
+    """Await ``run`` (in a task); fail if it has not ended within the bound."""
     task = asyncio.ensure_future(run)
     done, _ = await asyncio.wait({task}, timeout=BOUND)
     assert done, "run() did not end"
@@ -139,7 +140,7 @@ async def test_eager_plain_step_raising_keyboard_interrupt_awaits_the_running_st
         raise KeyboardInterrupt
 
     workflow = Workflow(
-        [slow.step(), Step("gate", gate), Step("interrupter", interrupter, depends_on=["gate"])]
+        [slow.step(), Step("gate", gate), Step("interrupter", interrupter, depends_on=("gate",))]
     )
     with pytest.raises(KeyboardInterrupt):
         await workflow.run(
@@ -251,7 +252,7 @@ async def test_checkpoint_every_step_saves_finished_siblings_before_the_batch_en
         return len(ctx)
 
     steps = [call(name) for name in gates]
-    workflow = Workflow([*steps, Step("after", after, depends_on=list(gates))])
+    workflow = Workflow([*steps, Step("after", after, depends_on=tuple(gates))])
     task = asyncio.create_task(
         workflow.run(
             checkpoint_fn=lambda cp: saved.append(sorted(cp.outputs)),
@@ -299,7 +300,7 @@ async def test_checkpoint_every_step_keeps_batch_order() -> None:
         return "second"
 
     workflow = Workflow(
-        [Step("first", first), Step("held", held), Step("second", second, depends_on=["first"])]
+        [Step("first", first), Step("held", held), Step("second", second, depends_on=("first",))]
     )
     saved: list[list[str]] = []
     task = asyncio.create_task(
