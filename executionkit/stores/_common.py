@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from executionkit._errors import CheckpointValueError, ExecutionKitError
+from executionkit._errors import ExecutionKitError
+from executionkit.stores._unstorable import unstorable
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from executionkit._checkpoint import WorkflowCheckpoint
 
 
@@ -47,98 +45,46 @@ class StaleCheckpointError(ExecutionKitError):
         )
 
 
-_DATA_HINT = (
-    "stores write JSON, so steps must return dicts, lists, str, int, finite float, bool or "
-    "None (or give the Step encode/decode; run with validate_json=True to catch this when "
-    "the step returns)"
-)
-_PREVIEW_CHARS = 60
-
-
 def dumps(data: object) -> str:
     return json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
-def encode(checkpoint: WorkflowCheckpoint, store: str) -> str:
-    """The checkpoint as compact JSON, or `CheckpointValueError` naming what JSON cannot hold."""
+def encode(checkpoint: WorkflowCheckpoint, store: str) -> bytes:
+    """The checkpoint as compact UTF-8 JSON, or `CheckpointValueError` naming what cannot be."""
     try:
-        return dumps(checkpoint.to_dict())
-    except (TypeError, ValueError, RecursionError) as exc:
+        return dumps(checkpoint.to_dict()).encode("utf-8")
+    except (TypeError, ValueError, RecursionError) as exc:  # UnicodeEncodeError is a ValueError
         raise unstorable(checkpoint, store, exc) from exc
 
 
-def unstorable(checkpoint: WorkflowCheckpoint, store: str, exc: Exception) -> Exception:
-    """A `CheckpointValueError` naming the first part of ``checkpoint`` JSON cannot hold."""
-    head = f"{store}: cannot store checkpoint seq={checkpoint.seq} of run {checkpoint.run_id!r}"
-    parts: tuple[tuple[str, Mapping[str, Any]], ...] = (
-        ("the output of step", checkpoint.outputs),
-        ("the progress of step", checkpoint.progress),
-        ("the metadata value", checkpoint.metadata),
-    )
+def loads(text: str | bytes) -> object:
+    """``json.loads``, failing with `ValueError` only: a `json.JSONDecodeError` for invalid JSON.
+
+    Valid JSON can fail too: an int past ``sys.get_int_max_str_digits()``
+    raises a plain `ValueError`, and nesting deeper than the recursion limit
+    a `RecursionError`, turned into a `ValueError` here.
+    """
     try:
-        for what, mapping in parts:
-            for name, value in mapping.items():
-                found = _find_unstorable(value, [], set())
-                if found is not None:
-                    path, bad, problem = found
-                    where = f" at {path}" if path else ""
-                    msg = f"{head}: {what} {name!r}{where}: {problem}; {_DATA_HINT}"
-                    return CheckpointValueError(msg, path=path, value=bad)
-    except RecursionError:  # too deep to walk: fall back on what json said
-        pass
-    msg = f"{head} as JSON: {type(exc).__name__}: {exc}; {_DATA_HINT}"
-    return CheckpointValueError(msg, path="", value=None)
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError(TOO_DEEP) from None
 
 
-def _preview(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= _PREVIEW_CHARS else text[: _PREVIEW_CHARS - 3] + "..."
+TOO_DEEP = "nested too deeply to read"
 
 
-def _find_unstorable(
-    value: object, path: list[str], active: set[int]
-) -> tuple[str, object, str] | None:
-    """The path, value and problem of the first part ``json.dumps`` refuses, or None."""
-    if value is None or isinstance(value, (str, int)):
-        return None
-    if isinstance(value, float):
-        if math.isfinite(value):
-            return None
-        return "".join(path), value, f"float({str(value)!r}) is not valid JSON"
-    if not isinstance(value, (list, tuple, dict)):
-        problem = f"{_preview(value)} ({type(value).__name__}) is not JSON data"
-        return "".join(path), value, problem
-    if id(value) in active:
-        return "".join(path), value, "a container that contains itself is not valid JSON"
-    active.add(id(value))
-    found = _find_in_items(value, path, active)
-    active.discard(id(value))
-    return found
+def same_json(first: str | bytes, second: str | bytes) -> bool:
+    """Whether two JSON texts hold the same data (key order aside).
 
-
-def _find_in_items(
-    value: list[Any] | tuple[Any, ...] | dict[Any, Any], path: list[str], active: set[int]
-) -> tuple[str, object, str] | None:
-    items: Any
-    if isinstance(value, dict):
-        for key in value:
-            if key is not None and not isinstance(key, (str, int, float)):
-                return "".join(path), key, f"key {_preview(key)} is not a str"
-        items = ((f"[{key!r}]", item) for key, item in value.items())
-    else:
-        items = ((f"[{index}]", item) for index, item in enumerate(value))
-    for step, item in items:
-        path.append(step)
-        found = _find_unstorable(item, path, active)
-        path.pop()
-        if found is not None:
-            return found
-    return None
-
-
-def same_json(first: str, second: str) -> bool:
-    """Whether two JSON texts hold the same data (key order aside)."""
-    return bool(json.loads(first) == json.loads(second))
+    Text that cannot be read back, or compared without recursing too deep, is
+    not the same: the caller then refuses the checkpoint rather than replace it.
+    """
+    if first == second:
+        return True
+    try:
+        return bool(json.loads(first) == json.loads(second))
+    except (TypeError, ValueError, RecursionError):
+        return False
 
 
 def stale(store: str, checkpoint: WorkflowCheckpoint, stored_seq: int) -> StaleCheckpointError:

@@ -11,15 +11,8 @@ from pathlib import Path
 
 from executionkit._checkpoint import WorkflowCheckpoint
 from executionkit._errors import CheckpointFormatError
-from executionkit.stores._common import encode, same_json, stale
-from executionkit.stores._files import (
-    FileId,
-    fsync_folder,
-    path_id,
-    read_bytes,
-    utf8_text,
-    write_all,
-)
+from executionkit.stores._common import TOO_DEEP, encode, loads, same_json, stale
+from executionkit.stores._files import FileId, fsync_folder, path_id, read_bytes, write_all
 
 
 class JsonFileStore:
@@ -75,18 +68,16 @@ class JsonFileStore:
                 checkpoint (it is left alone rather than overwritten).
             OSError: If writing fails; the old file is then unchanged.
         """
-        text = encode(checkpoint, repr(self))
+        data = encode(checkpoint, repr(self))
         with self._lock:
             held = self._held()
             if held is not None and held[0] == checkpoint.run_id and checkpoint.seq <= held[1]:
                 if checkpoint.seq == held[1]:
                     current = read_bytes(self.path)
-                    if current is not None and same_json(
-                        utf8_text(current[0], str(self.path)), text
-                    ):
+                    if current is not None and same_json(self._text(current[0]), data):
                         return  # the same checkpoint again: nothing to do
                 raise stale(repr(self), checkpoint, held[1])
-            self._replace(text.encode("utf-8"))
+            self._replace(data)
             file_id = path_id(self.path)
             self._known = None if file_id is None else (file_id, checkpoint.run_id, checkpoint.seq)
 
@@ -124,23 +115,34 @@ class JsonFileStore:
         self._known = (read[1], checkpoint.run_id, checkpoint.seq)
         return checkpoint.run_id, checkpoint.seq
 
+    def _text(self, data: bytes) -> str:
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            msg = (
+                f"{self.path}: not a checkpoint file: not UTF-8 text ({exc.reason} at byte "
+                f"{exc.start})"
+            )
+            raise CheckpointFormatError(msg) from None
+
     def _parse(self, data: bytes) -> WorkflowCheckpoint | None:
-        where = str(self.path)
-        text = utf8_text(data, where)
+        where = f"{self.path}: not a checkpoint file"
+        text = self._text(data)
         if not text.strip():
             return None
         try:
-            parsed = json.loads(text)
+            parsed = loads(text)
         except json.JSONDecodeError as exc:
-            msg = (
-                f"{where}: not a checkpoint file: invalid JSON at line {exc.lineno} "
-                f"column {exc.colno} ({exc.msg})"
-            )
+            msg = f"{where}: invalid JSON at line {exc.lineno} column {exc.colno} ({exc.msg})"
             raise CheckpointFormatError(msg) from None
+        except ValueError as exc:
+            raise CheckpointFormatError(f"{where}: unreadable JSON ({exc})") from None
         try:
             return WorkflowCheckpoint.from_dict(parsed)
         except CheckpointFormatError as exc:
-            raise CheckpointFormatError(f"{where}: {exc}", path=exc.path) from exc
+            raise CheckpointFormatError(f"{self.path}: {exc}", path=exc.path) from exc
+        except RecursionError:
+            raise CheckpointFormatError(f"{where}: {TOO_DEEP}") from None
 
     def _replace(self, data: bytes) -> None:
         folder = self.path.parent

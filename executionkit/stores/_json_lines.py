@@ -10,10 +10,19 @@ from pathlib import Path
 from typing import Any
 
 from executionkit._checkpoint import FORMAT_VERSION, WorkflowCheckpoint
-from executionkit._errors import CheckpointFormatError
-from executionkit.stores._common import dumps, encode, same_json, stale, unstorable
-from executionkit.stores._files import FileId, fd_id, fsync_folder, path_id, read_bytes, write_all
+from executionkit._errors import CheckpointFormatError, CheckpointValueError
+from executionkit.stores._common import dumps, encode, loads, same_json, stale
+from executionkit.stores._files import (
+    WRITE_FLAGS,
+    FileId,
+    fd_id,
+    fsync_folder,
+    path_id,
+    read_bytes,
+    write_all,
+)
 from executionkit.stores._lines_format import COST, Rebuild, pack_info
+from executionkit.stores._unstorable import unstorable
 
 
 @dataclass
@@ -129,7 +138,12 @@ class JsonLinesStore:
     def _same(self, checkpoint: WorkflowCheckpoint, latest: WorkflowCheckpoint) -> bool:
         if checkpoint is latest:
             return True
-        return same_json(encode(checkpoint, repr(self)), encode(latest, repr(self)))
+        mine = encode(checkpoint, repr(self))
+        try:
+            stored = encode(latest, repr(self))
+        except CheckpointValueError:  # the file holds what no store writes (a hand edit)
+            return False
+        return same_json(mine, stored)
 
     def _current(self) -> _LinesState:
         """The state, read again if the file changed since this store last saw it."""
@@ -149,8 +163,8 @@ class JsonLinesStore:
             if (
                 name in reported
                 or name not in held
-                or not (held[name] is value or held[name] == value)
-                or not (held_info.get(name) is info or held_info.get(name) == info)
+                or not _unchanged(held[name], value)
+                or not _unchanged(held_info.get(name), info)
             ):
                 new[name] = [value, pack_info(info)]
         line: dict[str, Any] = {
@@ -186,8 +200,7 @@ class JsonLinesStore:
         self, state: _LinesState, data: bytes, checkpoint: WorkflowCheckpoint
     ) -> _LinesState:
         created = state.file_id is None
-        flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_BINARY", 0)
-        fd = os.open(self.path, flags, 0o666)
+        fd = os.open(self.path, WRITE_FLAGS, 0o666)
         try:
             if not created and state.file_id is not None and state.file_id[2] != state.end:
                 os.ftruncate(fd, state.end)  # cut off a torn last line before appending
@@ -215,12 +228,27 @@ class JsonLinesStore:
             last = number == len(complete) and not lines[-1]
             if raw.strip():
                 try:
-                    parsed = json.loads(raw.decode("utf-8"))
-                except (UnicodeDecodeError, json.JSONDecodeError):
-                    if last:
+                    parsed = loads(raw.decode("utf-8"))
+                except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError too
+                    if last and isinstance(exc, (UnicodeDecodeError, json.JSONDecodeError)):
                         break  # a torn last line: that checkpoint never reached the disk
-                    msg = f"{self.path}:{number}: not a checkpoint line (invalid JSON)"
+                    msg = f"{self.path}:{number}: not a checkpoint line ({_line_problem(exc)})"
                     raise CheckpointFormatError(msg) from None
                 rebuild.fold(parsed, number)
             end += len(raw) + 1
         return _LinesState(file_id, end, rebuild.checkpoint())
+
+
+def _line_problem(exc: ValueError) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 text: {exc.reason} at byte {exc.start}"
+    if isinstance(exc, json.JSONDecodeError):
+        return "invalid JSON"
+    return f"unreadable JSON: {exc}"  # valid JSON this Python cannot read
+
+
+def _unchanged(held: object, value: object) -> bool:
+    try:
+        return held is value or bool(held == value)
+    except RecursionError:  # too deep to compare: write it again rather than fail
+        return False

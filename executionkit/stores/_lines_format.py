@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import reprlib
 from typing import TYPE_CHECKING, Any
 
 from executionkit._checkpoint import FORMAT_VERSION, WorkflowCheckpoint
 from executionkit._errors import CheckpointFormatError
+from executionkit.stores._common import TOO_DEEP
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -107,6 +109,10 @@ class Rebuild:
         keep = run.get("keep", list(new))
         if not isinstance(keep, list):
             raise self._bad(number, "'run.keep' must be a list")
+        for name in keep:
+            if not isinstance(name, str):
+                detail = f"'run.keep' must be a list of step names, got {reprlib.repr(name)}"
+                raise self._bad(number, detail)
         outputs_before: dict[str, Any] = old["outputs"] if old else {}
         info_before: dict[str, Any] = old["step_info"] if old else {}
         outputs: dict[str, Any] = {}
@@ -138,8 +144,10 @@ class Rebuild:
         described = set(state["outputs"]) | set(progress)
         state["step_info"] = {k: v for k, v in state["step_info"].items() if k in described}
         state["step_index"] = len(state["outputs"])
+        where = f"{self.path}: the lines do not rebuild into a valid checkpoint"
         try:
             return WorkflowCheckpoint.from_dict(state)
         except CheckpointFormatError as exc:
-            msg = f"{self.path}: the lines do not rebuild into a valid checkpoint: {exc}"
-            raise CheckpointFormatError(msg, path=exc.path) from exc
+            raise CheckpointFormatError(f"{where}: {exc}", path=exc.path) from exc
+        except RecursionError:
+            raise CheckpointFormatError(f"{where}: {TOO_DEEP}") from None

@@ -5,12 +5,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import reprlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from executionkit._checkpoint import WorkflowCheckpoint
 from executionkit._errors import CheckpointFormatError
-from executionkit.stores._common import encode, same_json, stale
+from executionkit.stores._common import TOO_DEEP, encode, loads, same_json, stale
+from executionkit.stores._files import check_regular
 
 if TYPE_CHECKING:
     import sqlite3
@@ -54,6 +56,9 @@ _LOAD_HISTORY = (
     "SELECT run_id, data FROM executionkit_checkpoint_history WHERE run_id = ? ORDER BY seq"
 )
 _RUN_IDS = "SELECT run_id FROM executionkit_checkpoints ORDER BY written DESC"
+# The primary result codes of a file that is not an SQLite database, or a damaged one
+# (sqlite3.SQLITE_NOTADB and SQLITE_CORRUPT, named here so that importing sqlite3 waits).
+_DAMAGED = frozenset({26, 11})
 
 
 class SQLiteStore:
@@ -132,7 +137,7 @@ class SQLiteStore:
                 f"ExecutionKit 0.4 checkpoint?); resume from it and store the run's own"
             )
             raise ValueError(msg)
-        text = encode(checkpoint, repr(self))
+        text = encode(checkpoint, repr(self)).decode("utf-8")
         with self._connect() as connection:
             connection.execute("BEGIN IMMEDIATE")
             with connection:  # commits, or rolls back if anything raises
@@ -151,6 +156,12 @@ class SQLiteStore:
         if self.keeps_history:
             connection.execute(_HISTORY_SCHEMA)
         row = connection.execute(_SELECT_ROW, (run_id,)).fetchone()
+        if row is not None and type(row[0]) is not int:
+            msg = (
+                f"{self!r}, run {run_id!r}: the stored seq must be an int, got "
+                f"{type(row[0]).__name__} {reprlib.repr(row[0])}"
+            )
+            raise CheckpointFormatError(msg)
         if row is not None and checkpoint.seq <= row[0]:
             if checkpoint.seq == row[0] and same_json(row[1], text):
                 return  # the same checkpoint again: nothing to do
@@ -206,29 +217,75 @@ class SQLiteStore:
         with self._connect() as connection:
             if not _has_table(connection, "executionkit_checkpoints"):
                 return []
-            return [row[0] for row in connection.execute(_RUN_IDS)]
+            run_ids = [row[0] for row in connection.execute(_RUN_IDS)]
+        for run_id in run_ids:
+            if not isinstance(run_id, str):
+                msg = f"{self!r}: a stored run_id is not text: {reprlib.repr(run_id)}"
+                raise CheckpointFormatError(msg)
+        return run_ids
 
     @contextlib.contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
+        """A connection to the database, with damage reported as `CheckpointFormatError`."""
         import sqlite3  # noqa: PLC0415 - only SQLite users pay for loading it
 
+        try:
+            mode = self.path.stat().st_mode
+        except FileNotFoundError:
+            pass  # a save creates the database
+        else:  # SQLite would wait forever reading a FIFO
+            check_regular(mode, self.path, f"{self!r}: not a database file")
         connection = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+        connection.text_factory = _text_or_bytes
         try:
             yield connection
+        except sqlite3.DatabaseError as exc:
+            # Not OperationalError in general: a database locked too long stays one.
+            if getattr(exc, "sqlite_errorcode", -1) & 0xFF not in _DAMAGED:
+                raise
+            raise CheckpointFormatError(f"{self!r}: not an SQLite database ({exc})") from exc
         finally:
             connection.close()
 
-    def _decode(self, run_id: str, data: str) -> WorkflowCheckpoint:
+    def _decode(self, run_id: object, data: object) -> WorkflowCheckpoint:
         where = f"{self!r}, run {run_id!r}"
+        if isinstance(data, bytes):  # a BLOB, or text that is not UTF-8 (see _text_or_bytes)
+            try:
+                data = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                msg = (
+                    f"{where}: the stored checkpoint is not UTF-8 text ({exc.reason} at byte "
+                    f"{exc.start})"
+                )
+                raise CheckpointFormatError(msg) from None
+        if not isinstance(data, str):
+            msg = (
+                f"{where}: the stored checkpoint is not JSON text, got "
+                f"{type(data).__name__} {reprlib.repr(data)}"
+            )
+            raise CheckpointFormatError(msg)
         try:
-            parsed = json.loads(data)
-        except (TypeError, json.JSONDecodeError) as exc:
+            parsed = loads(data)
+        except json.JSONDecodeError as exc:
             msg = f"{where}: the stored checkpoint is not valid JSON ({exc})"
+            raise CheckpointFormatError(msg) from None
+        except ValueError as exc:
+            msg = f"{where}: the stored checkpoint is unreadable JSON ({exc})"
             raise CheckpointFormatError(msg) from None
         try:
             return WorkflowCheckpoint.from_dict(parsed)
         except CheckpointFormatError as exc:
             raise CheckpointFormatError(f"{where}: {exc}", path=exc.path) from exc
+        except RecursionError:
+            raise CheckpointFormatError(f"{where}: {TOO_DEEP}") from None
+
+
+def _text_or_bytes(data: bytes) -> str | bytes:
+    """Text columns as str; sqlite3 would fail the whole query on text that is not UTF-8."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data  # for _decode to name, with the run it belongs to
 
 
 def _has_table(connection: sqlite3.Connection, name: str) -> bool:
