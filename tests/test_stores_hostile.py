@@ -25,6 +25,7 @@ from executionkit import (
     WorkflowCheckpoint,
 )
 from executionkit.stores import JsonFileStore, JsonLinesStore, SQLiteStore, StaleCheckpointError
+from executionkit.stores._common import same_json
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -453,13 +454,32 @@ def test_a_value_whose_repr_fails_is_still_named(tmp_path: Path) -> None:
     )
 
 
-def test_sqlite_a_damaged_row_of_the_same_seq_is_refused_not_replaced(tmp_path: Path) -> None:
+@pytest.mark.parametrize("index", [0, 1], ids=["same-seq", "newer-seq"])
+def test_sqlite_a_damaged_row_is_reported_on_save_never_replaced(
+    tmp_path: Path, index: int
+) -> None:
+    """As the docs promise: the save raises CheckpointFormatError and the row stays as it was."""
     db = SQLiteStore(tmp_path / "runs.db")
     write_row(db, '{"torn')
-    with pytest.raises(StaleCheckpointError):
-        db(two_checkpoints("x")[0])
-    with pytest.raises(CheckpointFormatError, match="is not valid JSON"):
-        db.load()
+    with pytest.raises(CheckpointFormatError) as caught:
+        db(two_checkpoints("x")[index])
+    assert str(caught.value) == (
+        f"{db!r}, run 'r': the stored checkpoint is not valid JSON (Unterminated string "
+        f"starting at: line 1 column 2 (char 1))"
+    )
+    connection = sqlite3.connect(db.path)
+    try:
+        rows = connection.execute("SELECT seq, data FROM executionkit_checkpoints").fetchall()
+    finally:
+        connection.close()
+    assert rows == [(1, '{"torn')]
+
+
+def test_texts_that_cannot_be_compared_are_not_the_same() -> None:
+    assert same_json("[1]", "[1]")
+    assert same_json('{"a":1,"b":2}', '{"b":2,"a":1}')
+    assert not same_json(DEEP, "[]")
+    assert not same_json("1" * 5000, "1")
 
 
 def test_sqlite_a_run_id_that_is_not_text_is_damage(tmp_path: Path) -> None:

@@ -20,8 +20,10 @@ What every store here guarantees:
 - ``load()`` returns ``None`` when nothing was saved, and otherwise a checkpoint
   equal to the latest one saved. Checkpoints are written as JSON through
   `WorkflowCheckpoint.to_dict`, so outputs come back as JSON gives them
-  (tuples as lists); an output JSON cannot hold fails the save with
-  `CheckpointValueError` naming the store, the step and the path inside it.
+  (tuples as lists); an output UTF-8 JSON cannot hold (a set, NaN, a str
+  with a lone surrogate, an int past the 4,300-digit limit) fails the save
+  with `CheckpointValueError` naming the store, the step and the path inside
+  it, and leaves the stored checkpoint as it was.
 - Within a run (the same ``run_id``) only a newer ``seq`` replaces the stored
   checkpoint. An older one, or a different one with the same ``seq``, is a
   stale writer (a second worker on the same run, or a run resumed from an old
@@ -29,7 +31,9 @@ What every store here guarantees:
   any ``checkpoint_fn`` failure, and the stored checkpoint is untouched. Saving
   the very same checkpoint again is harmless and writes nothing.
 - Stored data that is damaged raises `CheckpointFormatError` naming the file
-  (and line, or run) at fault. It is never silently discarded or overwritten.
+  (and line, or run) at fault, however it is damaged. It is never silently
+  discarded or overwritten. A path that is a FIFO or a device is refused
+  rather than read.
 
 Each of them passes `executionkit.conformance.check_store`.
 """

@@ -86,8 +86,10 @@ class JsonFileStore:
 
         Raises:
             CheckpointFormatError: If the file is not a checkpoint (invalid JSON,
-                not UTF-8, or a field `WorkflowCheckpoint.from_dict` rejects); the
-                message starts with the path.
+                not UTF-8, JSON this Python cannot read such as an int past the
+                digit limit or nesting too deep, or a field
+                `WorkflowCheckpoint.from_dict` rejects), or ``path`` is a FIFO or
+                a device; the message starts with the path.
         """
         with self._lock:
             read = read_bytes(self.path)

@@ -128,8 +128,9 @@ class JsonLinesStore:
 
         Raises:
             CheckpointFormatError: If a line other than the last is damaged
-                (``path:line`` in the message), or the lines do not rebuild into
-                a valid checkpoint.
+                (``path:line`` in the message; the last one too if it is whole
+                JSON this Python cannot read), the lines do not rebuild into a
+                valid checkpoint, or ``path`` is a FIFO or a device.
         """
         with self._lock:
             self._state = self._read()

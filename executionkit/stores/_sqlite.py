@@ -125,6 +125,9 @@ class SQLiteStore:
                 or a different one with the same ``seq``.
             CheckpointValueError: If an output (or progress or metadata value)
                 cannot be written as JSON; the message names the step.
+            CheckpointFormatError: If the run's stored row is damaged (it is
+                left as it is rather than replaced), or ``path`` is not an
+                SQLite database, or is a FIFO or a device.
             ValueError: If the checkpoint has no ``run_id`` (an ExecutionKit 0.4
                 checkpoint): resume from it and store the run's own checkpoints.
             sqlite3.OperationalError: If the database stays locked longer than
@@ -162,6 +165,8 @@ class SQLiteStore:
                 f"{type(row[0]).__name__} {reprlib.repr(row[0])}"
             )
             raise CheckpointFormatError(msg)
+        if row is not None:
+            self._decode(run_id, row[1])  # damaged data is reported, never replaced
         if row is not None and checkpoint.seq <= row[0]:
             if checkpoint.seq == row[0] and same_json(row[1], text):
                 return  # the same checkpoint again: nothing to do
@@ -180,8 +185,9 @@ class SQLiteStore:
                 run when the database holds one.
 
         Raises:
-            CheckpointFormatError: If the stored row is not a valid checkpoint;
-                the message names the database and the run.
+            CheckpointFormatError: If the stored row is not a valid checkpoint
+                (the message names the database and the run), or ``path`` is not
+                an SQLite database, or is a FIFO or a device.
         """
         if not self.path.exists():
             return None  # rather than create an empty database file
@@ -199,6 +205,9 @@ class SQLiteStore:
 
         Without ``history=True`` that is just the latest, if any. Checkpoints a
         save refused as stale are never kept.
+
+        Raises:
+            CheckpointFormatError: As `load` does, for any of the rows.
         """
         if not self.path.exists():
             return []
@@ -211,7 +220,12 @@ class SQLiteStore:
         return [self._decode(row_run_id, data) for row_run_id, data in rows]
 
     def run_ids(self) -> list[str]:
-        """The run_ids with a stored checkpoint, the most recently saved first."""
+        """The run_ids with a stored checkpoint, the most recently saved first.
+
+        Raises:
+            CheckpointFormatError: If ``path`` is not an SQLite database, is a
+                FIFO or a device, or a stored run_id is not text.
+        """
         if not self.path.exists():
             return []
         with self._connect() as connection:
