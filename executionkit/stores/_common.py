@@ -57,6 +57,9 @@ def encode(checkpoint: WorkflowCheckpoint, store: str) -> bytes:
         raise unstorable(checkpoint, store, exc) from exc
 
 
+TOO_DEEP = "nested too deeply to read"
+
+
 def loads(text: str | bytes) -> object:
     """``json.loads``, failing with `ValueError` only: a `json.JSONDecodeError` for invalid JSON.
 
@@ -68,9 +71,6 @@ def loads(text: str | bytes) -> object:
         return json.loads(text)
     except RecursionError:
         raise ValueError(TOO_DEEP) from None
-
-
-TOO_DEEP = "nested too deeply to read"
 
 
 def same_json(first: str | bytes, second: str | bytes) -> bool:

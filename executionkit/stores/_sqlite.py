@@ -112,6 +112,9 @@ class SQLiteStore:
         self.path = Path(path)
         self.keeps_history = history
         self.timeout = timeout
+        # The run_id and text of this store's last save. A row still holding exactly that
+        # text is known to be whole, which spares decoding it before replacing it.
+        self._saved: tuple[str, str] | None = None
 
     def __repr__(self) -> str:
         """Show the path."""
@@ -165,7 +168,7 @@ class SQLiteStore:
                 f"{type(row[0]).__name__} {reprlib.repr(row[0])}"
             )
             raise CheckpointFormatError(msg)
-        if row is not None:
+        if row is not None and self._saved != (run_id, row[1]):
             self._decode(run_id, row[1])  # damaged data is reported, never replaced
         if row is not None and checkpoint.seq <= row[0]:
             if checkpoint.seq == row[0] and same_json(row[1], text):
@@ -175,6 +178,7 @@ class SQLiteStore:
             connection.execute(_KEEP_REPLACED, (run_id,))
         (written,) = connection.execute(_NEXT_WRITTEN).fetchone()
         connection.execute(_UPSERT, (run_id, checkpoint.seq, written, checkpoint.created_at, text))
+        self._saved = (run_id, text)
 
     def load(self, run_id: str | None = None) -> WorkflowCheckpoint | None:
         """Return the latest checkpoint of ``run_id``, or None if none is stored.
