@@ -244,8 +244,9 @@ def test_a_json_lines_last_line_python_cannot_read_is_not_mistaken_for_a_torn_on
     path.write_text('{"s": 1, "n": {}, "c": [0, 0, 0]}\n{"s": 2, "n": {"a": [' + HUGE + ", []]}")
     assert JsonLinesStore(path).load() is not None  # torn: no newline yet
     path.write_text(path.read_text() + "\n")
-    with pytest.raises(CheckpointFormatError, match=rf"^{path}:2: not a checkpoint line"):
+    with pytest.raises(CheckpointFormatError) as caught:
         JsonLinesStore(path).load()
+    assert str(caught.value) == f"{path}:2: not a checkpoint line (unreadable JSON: {INT_LIMIT})"
 
 
 def test_json_lines_invalid_utf8_is_named_with_its_line(tmp_path: Path) -> None:
