@@ -26,9 +26,11 @@ from executionkit import (
     Workflow,
     WorkflowCheckpoint,
     WorkflowFailed,
-    stores,
 )
 from executionkit.stores import JsonFileStore, JsonLinesStore, SQLiteStore, StaleCheckpointError
+from executionkit.stores._common import encode
+from executionkit.stores._sqlite import _UPSERT
+from executionkit.stores._unstorable import unstorable
 
 REFUSED = (
     "written by another writer or before this run resumed from an older checkpoint; resume "
@@ -380,24 +382,36 @@ def test_a_cycle_is_named_too() -> None:
     looped.append(looped)
     checkpoint = WorkflowCheckpoint(1, {"a": looped}, TokenUsage(), run_id="r", seq=1)
     with pytest.raises(CheckpointValueError) as caught:
-        stores._encode(checkpoint, "S")
+        encode(checkpoint, "S")
     assert str(caught.value) == (
         "S: cannot store checkpoint seq=1 of run 'r': the output of step 'a' at [1]: a "
         f"container that contains itself is not valid JSON; {DATA_HINT}"
     )
 
 
-def test_too_deep_to_walk_falls_back_on_what_json_said() -> None:
+def test_too_deep_for_json_is_named_after_what_json_said() -> None:
     deep: list[Any] = []
     for _ in range(100_000):
         deep = [deep]
     checkpoint = WorkflowCheckpoint(1, {"a": deep}, TokenUsage(), run_id="r", seq=1)
     with pytest.raises(CheckpointValueError) as caught:
-        stores._encode(checkpoint, "S")
+        encode(checkpoint, "S")
     assert str(caught.value).startswith(
-        "S: cannot store checkpoint seq=1 of run 'r' as JSON: RecursionError: "
+        "S: cannot store checkpoint seq=1 of run 'r': the output of step 'a': json cannot write "
+        "it (RecursionError: maximum recursion depth exceeded"
     )
     assert str(caught.value).endswith(DATA_HINT)
+    assert caught.value.value is deep
+
+
+def test_with_nothing_to_blame_the_message_says_what_json_said() -> None:
+    """Only the whole was refused (a JSON Lines line nests outputs deeper): json's words."""
+    checkpoint = WorkflowCheckpoint(1, {"a": [1]}, TokenUsage(), run_id="r", seq=1)
+    error = unstorable(checkpoint, "S", RecursionError("maximum recursion depth exceeded"))
+    assert str(error) == (
+        f"S: cannot store checkpoint seq=1 of run 'r' as JSON: RecursionError: maximum "
+        f"recursion depth exceeded; {DATA_HINT}"
+    )
 
 
 # --- SQLiteStore ------------------------------------------------------------------------
@@ -457,7 +471,7 @@ def test_sqlite_row_guard_holds_even_without_the_check(tmp_path: Path) -> None:
     connection = sqlite3.connect(store.path)
     try:
         with connection:
-            connection.execute(stores._UPSERT, ("r", 1, 99, None, json.dumps(taken[0].to_dict())))
+            connection.execute(_UPSERT, ("r", 1, 99, None, json.dumps(taken[0].to_dict())))
     finally:
         connection.close()
     assert store.load() == taken[1]

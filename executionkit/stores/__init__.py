@@ -1,0 +1,48 @@
+"""Ready-made checkpoint stores: each is a ``checkpoint_fn`` that can also ``load()``.
+
+Optional and standard library only; the core never imports this module:
+
+```python
+from executionkit.stores import JsonFileStore
+
+store = JsonFileStore("run.json")
+result = workflow.run_sync(checkpoint_fn=store, resume_from=store.load())
+```
+
+- `JsonFileStore`: the latest checkpoint as one JSON file, replaced atomically.
+- `JsonLinesStore`: an append-only JSON Lines file that writes only each
+  checkpoint's new outputs.
+- `SQLiteStore`: one row per run in an SQLite database, safe for several
+  threads and processes, with optional history.
+
+What every store here guarantees:
+
+- ``load()`` returns ``None`` when nothing was saved, and otherwise a checkpoint
+  equal to the latest one saved. Checkpoints are written as JSON through
+  `WorkflowCheckpoint.to_dict`, so outputs come back as JSON gives them
+  (tuples as lists); an output UTF-8 JSON cannot hold (a set, NaN, a str
+  with a lone surrogate, an int past the 4,300-digit limit) fails the save
+  with `CheckpointValueError` naming the store, the step and the path inside
+  it, and leaves the stored checkpoint as it was.
+- Within a run (the same ``run_id``) only a newer ``seq`` replaces the stored
+  checkpoint. An older one, or a different one with the same ``seq``, is a
+  stale writer (a second worker on the same run, or a run resumed from an old
+  copy) and is refused with `StaleCheckpointError`; the run then stops, as with
+  any ``checkpoint_fn`` failure, and the stored checkpoint is untouched. Saving
+  the very same checkpoint again is harmless and writes nothing.
+- Stored data that is damaged raises `CheckpointFormatError` naming the file
+  (and line, or run) at fault, however it is damaged. It is never silently
+  discarded or overwritten. A path that is a FIFO or a device is refused
+  rather than read.
+
+Each of them passes `executionkit.conformance.check_store`.
+"""
+
+from __future__ import annotations
+
+from executionkit.stores._common import StaleCheckpointError
+from executionkit.stores._json_file import JsonFileStore
+from executionkit.stores._json_lines import JsonLinesStore
+from executionkit.stores._sqlite import SQLiteStore
+
+__all__ = ["JsonFileStore", "JsonLinesStore", "SQLiteStore", "StaleCheckpointError"]

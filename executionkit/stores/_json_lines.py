@@ -1,0 +1,255 @@
+"""`JsonLinesStore`: an append-only JSON Lines file of each checkpoint's new outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from executionkit._checkpoint import FORMAT_VERSION, WorkflowCheckpoint
+from executionkit._errors import CheckpointFormatError, CheckpointValueError
+from executionkit.stores._common import dumps, encode, loads, same_json, stale
+from executionkit.stores._files import (
+    WRITE_FLAGS,
+    FileId,
+    fd_id,
+    fsync_folder,
+    path_id,
+    read_bytes,
+    write_all,
+)
+from executionkit.stores._lines_format import COST, Rebuild, pack_info
+from executionkit.stores._unstorable import unstorable
+
+
+@dataclass
+class _LinesState:
+    """What a JSON Lines file holds, as this store last read or wrote it."""
+
+    file_id: FileId | None  # None: the file does not exist
+    end: int  # bytes up to the end of the last line that counts
+    latest: WorkflowCheckpoint | None  # the checkpoint the counted lines rebuild to
+
+
+class JsonLinesStore:
+    """An append-only JSON Lines file: one line per checkpoint, new outputs only.
+
+    Writing the whole checkpoint after every batch rewrites every output each
+    time, so for a long chain the bytes written grow with the square of its
+    length. This store appends one line per checkpoint holding only what
+    changed: the outputs recorded since the line before (with their steps'
+    versions and dependencies) and the counters. The bytes written stay close
+    to the size of the outputs themselves.
+
+    The line format (compact JSON, one object per line): ``s`` is ``seq``;
+    ``n`` maps each newly recorded step to ``[output, info]``, where ``info``
+    is the list of its dependencies, or ``{"v": version, "d": dependencies}``
+    for a versioned step; ``c`` is the token usage ``[input, output, calls]``
+    and ``t`` the time; ``errors``, ``progress`` and ``progress_info`` appear
+    when there are any. A line that starts a run, or changes what the file
+    holds otherwise (a resumed run dropped outputs, or passed new metadata or
+    context keys), also holds ``run``: the ``run_id``, ``context_keys``,
+    ``metadata`` and ``keep``, every output name the checkpoint records.
+
+    `load` folds the lines in order. A line counts once its newline is
+    written: a torn last line, left by a crash in the middle of a write, is
+    ignored (that checkpoint was never stored, and the run resumes from the one
+    before) and is cut off before the next append. A damaged line anywhere else
+    raises `CheckpointFormatError` naming ``file:line``. Outputs a resumed run
+    dropped (a rerun or an invalidated step) stay dropped in the rebuild.
+
+    A checkpoint that does not follow the stored one (the first, one of
+    another run, or one from a run resumed from elsewhere) is written with
+    every output the file lacks or holds differently, so the rebuild always
+    equals the checkpoint saved. A checkpoint of another ``run_id`` starts the
+    file over; within a run, one that is not newer than the stored one is
+    refused with `StaleCheckpointError`. One writer per file: appends from
+    several processes are not coordinated.
+
+    Only checkpoints of the current format (those `Workflow.run` writes) can be
+    stored; ``load`` reads the whole file, so for very long files compact it
+    (a fresh store, one save of ``load()``) when a run finishes.
+
+    Args:
+        path: The ``.jsonl`` file; created on the first save.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        """Store checkpoints in the JSON Lines file at ``path``."""
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._state: _LinesState | None = None
+
+    def __repr__(self) -> str:
+        """Show the path."""
+        return f"JsonLinesStore({str(self.path)!r})"
+
+    def __call__(self, checkpoint: WorkflowCheckpoint) -> None:
+        """Append a line for ``checkpoint``, unless it is stale.
+
+        Raises:
+            StaleCheckpointError: If the file holds a newer checkpoint of the same
+                run, or a different one with the same ``seq``.
+            CheckpointValueError: If an output (or progress or metadata value)
+                cannot be written as JSON; the message names the step.
+            CheckpointFormatError: If the file holds damaged lines.
+            ValueError: If the checkpoint is of an older format (read from an
+                old file): resume from it and let the run write its own.
+            OSError: If writing fails; the partial line is then ignored.
+        """
+        if checkpoint.version != FORMAT_VERSION:
+            msg = (
+                f"{self!r} stores checkpoints of format version {FORMAT_VERSION} (what "
+                f"Workflow.run writes), got version {checkpoint.version}; resume from it "
+                f"and store the run's own checkpoints"
+            )
+            raise ValueError(msg)
+        with self._lock:
+            state = self._current()
+            latest = state.latest
+            same_run = latest is not None and latest.run_id == checkpoint.run_id
+            if latest is not None and same_run and checkpoint.seq <= latest.seq:
+                if checkpoint.seq == latest.seq and self._same(checkpoint, latest):
+                    return
+                raise stale(repr(self), checkpoint, latest.seq)
+            line = self._line(checkpoint, latest if same_run else None)
+            try:
+                data = (dumps(line) + "\n").encode("utf-8")
+            except (TypeError, ValueError, RecursionError) as exc:
+                raise unstorable(checkpoint, repr(self), exc) from exc
+            self._state = None  # unknown until the append has finished
+            self._state = self._append(state, data, checkpoint)
+
+    def load(self) -> WorkflowCheckpoint | None:
+        """Return the latest checkpoint the file holds, or None if it holds none.
+
+        Raises:
+            CheckpointFormatError: If a line other than the last is damaged
+                (``path:line`` in the message; the last one too if it is whole
+                JSON this Python cannot read), the lines do not rebuild into a
+                valid checkpoint, or ``path`` is a FIFO or a device.
+        """
+        with self._lock:
+            self._state = self._read()
+            return self._state.latest
+
+    def _same(self, checkpoint: WorkflowCheckpoint, latest: WorkflowCheckpoint) -> bool:
+        if checkpoint is latest:
+            return True
+        mine = encode(checkpoint, repr(self))
+        try:
+            stored = encode(latest, repr(self))
+        except CheckpointValueError:  # the file holds what no store writes (a hand edit)
+            return False
+        return same_json(mine, stored)
+
+    def _current(self) -> _LinesState:
+        """The state, read again if the file changed since this store last saw it."""
+        if self._state is None or self._state.file_id != path_id(self.path):
+            self._state = self._read()
+        return self._state
+
+    def _line(
+        self, checkpoint: WorkflowCheckpoint, previous: WorkflowCheckpoint | None
+    ) -> dict[str, Any]:
+        held = previous.outputs if previous is not None else {}
+        held_info = previous.step_info if previous is not None else {}
+        reported = set(checkpoint.new_outputs)
+        new = {}
+        for name, value in checkpoint.outputs.items():
+            info = checkpoint.step_info.get(name)
+            if (
+                name in reported
+                or name not in held
+                or not _unchanged(held[name], value)
+                or not _unchanged(held_info.get(name), info)
+            ):
+                new[name] = [value, pack_info(info)]
+        line: dict[str, Any] = {
+            "s": checkpoint.seq,
+            "n": new,
+            "c": [getattr(checkpoint.cost, field) for field in COST],
+            "t": checkpoint.created_at,
+        }
+        if (
+            previous is None
+            or any(name not in checkpoint.outputs for name in held)  # outputs dropped
+            or previous.context_keys != checkpoint.context_keys
+            or previous.metadata != checkpoint.metadata
+        ):
+            line["run"] = {
+                "run_id": checkpoint.run_id,
+                "context_keys": list(checkpoint.context_keys),
+                "metadata": dict(checkpoint.metadata),
+                "keep": list(checkpoint.outputs),
+            }
+        if checkpoint.errors:
+            line["errors"] = dict(checkpoint.errors)
+        if checkpoint.progress:
+            line["progress"] = dict(checkpoint.progress)
+            line["progress_info"] = {
+                name: pack_info(checkpoint.step_info[name])
+                for name in checkpoint.progress
+                if name in checkpoint.step_info
+            }
+        return line
+
+    def _append(
+        self, state: _LinesState, data: bytes, checkpoint: WorkflowCheckpoint
+    ) -> _LinesState:
+        created = state.file_id is None
+        fd = os.open(self.path, WRITE_FLAGS, 0o666)
+        try:
+            if not created and state.file_id is not None and state.file_id[2] != state.end:
+                os.ftruncate(fd, state.end)  # cut off a torn last line before appending
+            os.lseek(fd, state.end, os.SEEK_SET)
+            write_all(fd, data)
+            os.fsync(fd)
+            file_id = fd_id(fd)
+        finally:
+            os.close(fd)
+        if created:
+            fsync_folder(self.path.parent)
+        return _LinesState(file_id, state.end + len(data), checkpoint)
+
+    def _read(self) -> _LinesState:
+        read = read_bytes(self.path)
+        if read is None:
+            return _LinesState(None, 0, None)
+        data, file_id = read
+        lines = data.split(b"\n")
+        # The part after the last newline was never completed: it does not count.
+        complete = lines[:-1]
+        rebuild = Rebuild(str(self.path))
+        end = 0
+        for number, raw in enumerate(complete, start=1):
+            last = number == len(complete) and not lines[-1]
+            if raw.strip():
+                try:
+                    parsed = loads(raw.decode("utf-8"))
+                except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError too
+                    if last and isinstance(exc, (UnicodeDecodeError, json.JSONDecodeError)):
+                        break  # a torn last line: that checkpoint never reached the disk
+                    msg = f"{self.path}:{number}: not a checkpoint line ({_line_problem(exc)})"
+                    raise CheckpointFormatError(msg) from None
+                rebuild.fold(parsed, number)
+            end += len(raw) + 1
+        return _LinesState(file_id, end, rebuild.checkpoint())
+
+
+def _line_problem(exc: ValueError) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 text: {exc.reason} at byte {exc.start}"
+    if isinstance(exc, json.JSONDecodeError):
+        return "invalid JSON"
+    return f"unreadable JSON: {exc}"  # valid JSON this Python cannot read
+
+
+def _unchanged(held: object, value: object) -> bool:
+    try:
+        return held is value or bool(held == value)
+    except RecursionError:  # too deep to compare: write it again rather than fail
+        return False

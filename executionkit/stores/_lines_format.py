@@ -1,0 +1,153 @@
+"""The JSON Lines format of `JsonLinesStore`: packing step info and folding lines back."""
+
+from __future__ import annotations
+
+import reprlib
+from typing import TYPE_CHECKING, Any
+
+from executionkit._checkpoint import FORMAT_VERSION, WorkflowCheckpoint
+from executionkit._errors import CheckpointFormatError
+from executionkit.stores._common import TOO_DEEP
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+COST = ("input_tokens", "output_tokens", "llm_calls")
+
+
+def pack_info(info: Mapping[str, Any] | None) -> object:
+    """A step's version and dependencies, compactly: a list, a dict if versioned, or null."""
+    if info is None:  # a hand-made checkpoint without step_info
+        return None
+    deps = list(info["depends_on"])
+    return deps if info["version"] is None else {"v": info["version"], "d": deps}
+
+
+def unpack_info(packed: object) -> dict[str, Any] | None:
+    if packed is None or isinstance(packed, list):
+        return None if packed is None else {"version": None, "depends_on": packed}
+    if isinstance(packed, dict) and set(packed) == {"v", "d"}:
+        return {"version": packed["v"], "depends_on": packed["d"]}
+    msg = "step info must be a list, {'v': ..., 'd': [...]} or null"
+    raise ValueError(msg)
+
+
+class Rebuild:
+    """Folds JSON Lines into the checkpoint they describe."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.state: dict[str, Any] | None = None
+
+    def _bad(self, number: int, detail: str) -> CheckpointFormatError:
+        return CheckpointFormatError(f"{self.path}:{number}: not a checkpoint line ({detail})")
+
+    def fold(self, line: object, number: int) -> None:
+        """Apply line ``number`` (1-based) to the state."""
+        new, cost, progress_info = self._check(line, number)
+        assert isinstance(line, dict)  # noqa: S101 - _check made sure
+        state = self.state
+        run = line.get("run")
+        if state is None or run is not None:
+            state = self._start(run, number, new, state)
+        else:
+            state["outputs"].update((name, entry[0]) for name, entry in new.items())
+        step_info = state["step_info"]
+        for name, packed in [*((n, entry[1]) for n, entry in new.items()), *progress_info.items()]:
+            try:
+                info = unpack_info(packed)
+            except ValueError as exc:
+                raise self._bad(number, f"step {name!r}: {exc}") from None
+            if info is None:
+                step_info.pop(name, None)
+            else:
+                step_info[name] = info
+        state["seq"] = line["s"]
+        state["created_at"] = line.get("t")
+        state["cost"] = dict(zip(COST, cost, strict=True))
+        state["errors"] = line.get("errors", {})
+        state["progress"] = line.get("progress", {})
+        self.state = state
+
+    def _check(
+        self, line: object, number: int
+    ) -> tuple[dict[str, list[Any]], list[Any], dict[str, Any]]:
+        """The new outputs, cost and progress info of a line, checked for shape."""
+        if not isinstance(line, dict):
+            raise self._bad(number, "not a JSON object")
+        for key, kind, expected in (
+            ("s", int, "an int"),
+            ("n", dict, "an object"),
+            ("c", list, "a list"),
+        ):
+            if not isinstance(line.get(key), kind) or isinstance(line.get(key), bool):
+                raise self._bad(number, f"{key!r} must be {expected}")
+        new: dict[str, object] = line["n"]
+        for name, entry in new.items():
+            if not isinstance(entry, list) or len(entry) != 2:  # noqa: PLR2004 - [output, info]
+                raise self._bad(number, f"step {name!r} must be [output, info]")
+        cost: list[Any] = line["c"]
+        if len(cost) != len(COST):
+            raise self._bad(number, "'c' must hold three counts")
+        progress_info = line.get("progress_info", {})
+        if not isinstance(progress_info, dict):
+            raise self._bad(number, "'progress_info' must be a dict")
+        return line["n"], cost, progress_info
+
+    def _start(
+        self,
+        run: object,
+        number: int,
+        new: dict[str, Any],
+        old: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        """The state after a line that says what the file holds from now on."""
+        if run is None:
+            run = {}  # a first line without a header (older recipe files)
+        if not isinstance(run, dict):
+            raise self._bad(number, "'run' must be a dict")
+        keep = run.get("keep", list(new))
+        if not isinstance(keep, list):
+            raise self._bad(number, "'run.keep' must be a list")
+        for name in keep:
+            if not isinstance(name, str):
+                detail = f"'run.keep' must be a list of step names, got {reprlib.repr(name)}"
+                raise self._bad(number, detail)
+        outputs_before: dict[str, Any] = old["outputs"] if old else {}
+        info_before: dict[str, Any] = old["step_info"] if old else {}
+        outputs: dict[str, Any] = {}
+        for name in keep:
+            if name in new:
+                outputs[name] = new[name][0]
+            elif name in outputs_before:
+                outputs[name] = outputs_before[name]
+            else:
+                raise self._bad(number, f"'run.keep' names {name!r}, which no line recorded")
+        for name, entry in new.items():
+            outputs.setdefault(name, entry[0])
+        return {
+            "version": FORMAT_VERSION,
+            "run_id": run.get("run_id"),
+            "context_keys": run.get("context_keys", []),
+            "metadata": run.get("metadata", {}),
+            "outputs": outputs,
+            "step_info": {name: info for name, info in info_before.items() if name in outputs},
+        }
+
+    def checkpoint(self) -> WorkflowCheckpoint | None:
+        state = self.state
+        if state is None:
+            return None
+        progress = state["progress"]
+        if not isinstance(progress, dict):
+            progress = {}  # from_dict names the field below
+        described = set(state["outputs"]) | set(progress)
+        state["step_info"] = {k: v for k, v in state["step_info"].items() if k in described}
+        state["step_index"] = len(state["outputs"])
+        where = f"{self.path}: the lines do not rebuild into a valid checkpoint"
+        try:
+            return WorkflowCheckpoint.from_dict(state)
+        except CheckpointFormatError as exc:
+            raise CheckpointFormatError(f"{where}: {exc}", path=exc.path) from exc
+        except RecursionError:
+            raise CheckpointFormatError(f"{where}: {TOO_DEEP}") from None
