@@ -1,0 +1,13 @@
+"""Exit codes of the command line, and the error that stands for bad input."""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a command killed by it
+
+
+class CliError(Exception):
+    """Bad input: reported as one ``executionkit: error:`` line, exit code 2."""
