@@ -2,9 +2,10 @@
 
 Commands: ``demo``, ``run``, ``inspect`` and ``graph``. Exit codes: 0 done, 1 a
 step failed (or a checkpoint could not be saved), 2 usage or bad input, 130
-interrupted. Bad input is reported as one ``executionkit: error: ...`` line on
-stderr, never a traceback. The heavier imports (stores, progress, the demo) stay
-inside the commands, so that ``executionkit --help`` and ``inspect`` start quickly.
+interrupted (Ctrl-C), 143 terminated (SIGTERM). Bad input is reported as one
+``executionkit: error: ...`` line on stderr, never a traceback. The heavier
+imports (stores, progress, the demo) stay inside the commands, so that
+``executionkit --help`` and ``inspect`` start quickly.
 
 One module per command (``_run``, ``_inspect``, ``_graph``), with what they share
 in ``_load`` (workflows, checkpoint files, inputs) and ``_text`` (terminal-safe text).
@@ -20,6 +21,7 @@ from executionkit._cli._exits import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_TERMINATED,
     EXIT_USAGE,
     CliError,
 )
@@ -38,6 +40,7 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_TERMINATED",
     "EXIT_USAGE",
     "PREVIEW_CHARS",
     "CliError",

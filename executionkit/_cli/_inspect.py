@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from executionkit._cli._exits import EXIT_OK
+from executionkit._cli._exits import EXIT_OK, CliError
 from executionkit._cli._load import load_checkpoint, load_workflow
-from executionkit._cli._text import one_line, out, preview, show
+from executionkit._cli._text import json_document, one_line, out, preview, show
 
 if TYPE_CHECKING:
     import argparse
@@ -25,10 +24,15 @@ def inspect_command(args: argparse.Namespace) -> int:
     assert checkpoint is not None  # noqa: S101 - missing_ok=False never returns None
     workflow = None if args.workflow is None else load_workflow(args.workflow)
     summary = describe(checkpoint, workflow, file=str(path))
-    if args.json:
-        out(json.dumps(summary, indent=2, ensure_ascii=False))
-    else:
+    if not args.json:
         out(describe_text(summary))
+        return EXIT_OK
+    try:
+        text = json_document(summary)
+    except RecursionError:  # metadata is printed whole, and json nests less deeply than it reads
+        msg = f"{path}: metadata nested too deeply to print as JSON"
+        raise CliError(msg) from None
+    out(text)
     return EXIT_OK
 
 

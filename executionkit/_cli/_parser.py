@@ -10,6 +10,7 @@ exit codes:
   1    a step failed, or a checkpoint could not be saved (what completed is saved)
   2    usage error or bad input (a missing file, not a checkpoint, a wrong MODULE:ATTR)
   130  interrupted with Ctrl-C (what completed is saved)
+  143  terminated with SIGTERM (what completed is saved)
 """
 
 _READ_EXIT_CODES = """\
@@ -24,7 +25,10 @@ ATTR names a Workflow, or a function taking no arguments that returns one.
 --input values are strings; use --inputs-json for numbers, lists or objects
 (--input wins over a key of the file). Checkpoints are written atomically to
 FILE after every batch. When FILE already holds a checkpoint, the run resumes
-from it: pass the same input keys again, since values are never saved.
+from it: pass the same input keys again, since values are never saved. To
+resume from a checkpoint of an older version of the workflow, pass
+--discard-unknown-steps to drop the steps it no longer has; to run recorded
+steps again (and what depends on them), name them with --rerun.
 
 {_EXIT_CODES}"""
 
@@ -76,6 +80,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--inputs-json",
         metavar="FILE",
         help="a JSON object of initial-context values (typed values)",
+    )
+    run.add_argument(
+        "--rerun",
+        metavar="STEP",
+        action="append",
+        default=[],
+        help="run this recorded step again, and the steps that depend on it; repeat for more",
+    )
+    run.add_argument(
+        "--discard-unknown-steps",
+        action="store_true",
+        help="resume although the checkpoint records steps the workflow does not have",
     )
 
     inspect = commands.add_parser(

@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
-import json
+import shlex
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from executionkit._cli._exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, CliError
+from executionkit._cli._exits import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TERMINATED,
+    CliError,
+)
 from executionkit._cli._load import load_checkpoint, load_workflow, read_inputs
-from executionkit._cli._text import error_text, out, say, show
+from executionkit._cli._progress import terminal_safe_progress
+from executionkit._cli._text import error_text, json_document, out, say, show
 
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable
 
     from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._workflow import Workflow
 
 
 class _Saver:
@@ -38,19 +47,34 @@ class _Saver:
 
 def run_command(args: argparse.Namespace) -> int:
     """Run ``args.workflow``; print its outputs as JSON, or say what failed and what was saved."""
-    from executionkit._errors import RunArgumentError, WorkflowFailed  # noqa: PLC0415
-    from executionkit.progress import ConsoleProgress  # noqa: PLC0415
     from executionkit.stores import JsonFileStore  # noqa: PLC0415
 
     context = read_inputs(args)
     path = None if args.checkpoint is None else Path(args.checkpoint)
     resume = None if path is None else load_checkpoint(path, missing_ok=True)
     workflow = load_workflow(args.workflow)
-    total = len(workflow.steps)
     saver = None if path is None else _Saver(JsonFileStore(path), resume)
     if path is not None and not path.parent.is_dir():
         msg = f"--checkpoint {path}: folder {path.parent} does not exist"
         raise CliError(msg)
+    if args.discard_unknown_steps and resume is not None:
+        _say_discarded(workflow, resume, path)
+    return _run(args, workflow, context, path=path, resume=resume, saver=saver)
+
+
+def _run(
+    args: argparse.Namespace,
+    workflow: Workflow,
+    context: dict[str, Any],
+    *,
+    path: Path | None,
+    resume: WorkflowCheckpoint | None,
+    saver: _Saver | None,
+) -> int:
+    """Run ``workflow``; report how it ended and return the exit code."""
+    from executionkit._errors import RunArgumentError, WorkflowFailed  # noqa: PLC0415
+
+    total = len(workflow.steps)
     try:
         result = workflow.run_sync(
             context,
@@ -60,10 +84,12 @@ def run_command(args: argparse.Namespace) -> int:
             metadata={"workflow": args.workflow} if resume is None else None,
             # Outputs that could not be written to the file fail their step at once.
             validate_json=saver is not None,
-            on_event=ConsoleProgress(),
+            on_event=terminal_safe_progress(sys.stderr),
+            rerun=args.rerun or None,
+            unknown_steps="discard" if args.discard_unknown_steps else "error",
         )
     except RunArgumentError as exc:  # before any step ran, CheckpointMismatchError included
-        raise CliError(str(exc)) from None
+        raise CliError(in_cli_terms(str(exc), workflow)) from None
     except WorkflowFailed as failure:
         for name, error in failure.errors.items():
             say(f"step {show(name)} failed: {error_text(error)}")
@@ -72,15 +98,71 @@ def run_command(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         say(f"interrupted; {_saved(path, saver, total)}")
         return EXIT_INTERRUPTED
+    except SystemExit as exc:
+        # run_sync raises SystemExit(143) for SIGTERM once it has checkpointed what
+        # completed, as it raises KeyboardInterrupt for Ctrl-C; any other exit passes.
+        if exc.code != EXIT_TERMINATED:
+            raise
+        say(f"terminated; {_saved(path, saver, total)}")
+        return EXIT_TERMINATED
     except Exception as exc:
         if saver is None or exc is not saver.error:
             raise
         say(f"could not save the checkpoint to {path}: {error_text(exc)}")
         say(_saved(path, saver, total))
         return EXIT_FAILED
-    outputs = dict(result.outputs)
-    out(json.dumps(outputs, indent=2, ensure_ascii=False, default=repr))
+    out(json_document(dict(result.outputs)))
     return EXIT_OK
+
+
+def _say_discarded(workflow: Workflow, resume: WorkflowCheckpoint, path: Path | None) -> None:
+    """Say which recorded steps ``--discard-unknown-steps`` drops, if any."""
+    from executionkit._checkpoint import LEGACY_VERSION  # noqa: PLC0415
+
+    if resume.version == LEGACY_VERSION:  # 0.4 kept the inputs there: they are not steps
+        return
+    known = {step.name for step in workflow.steps}
+    unknown = [name for name in resume.outputs if name not in known]
+    if unknown:
+        say(
+            f"dropping what {path} records for steps this workflow does not have: "
+            f"{', '.join(map(show, unknown))}"
+        )
+
+
+# The library's advice names run()'s arguments; on the command line it names flags.
+_IN_CLI_TERMS = (
+    ("pass unknown_steps='discard' to drop them", "pass --discard-unknown-steps to drop them"),
+    (
+        "initial_context lacks keys the checkpoint was run with",
+        "inputs the checkpoint was run with are missing",
+    ),
+    (
+        "checkpoints never store context values, so pass them again",
+        "checkpoints never store input values, so pass them again with --input or --inputs-json",
+    ),
+    ("initial_context keys collide with step names", "inputs collide with step names"),
+    ("a context value cannot share a ctx key", "an input cannot share a ctx key"),
+    ("rerun names steps", "--rerun names steps"),
+    (
+        "rerun needs resume_from: without a checkpoint every step runs anyway",
+        (
+            "--rerun needs a checkpoint to resume from: without --checkpoint FILE holding "
+            "one, every step runs anyway"
+        ),
+    ),
+)
+
+
+def in_cli_terms(message: str, workflow: Workflow) -> str:
+    """``message`` of a `RunArgumentError`, its advice given in flags, not in arguments."""
+    for python, cli in _IN_CLI_TERMS:
+        message = message.replace(python, cli)
+    for step in workflow.steps:  # "...; fix decode, or pass rerun=['name']"
+        advice = f"pass rerun=[{step.name!r}]"
+        if message.endswith(advice):
+            message = f"{message.removesuffix(advice)}pass --rerun {shlex.quote(step.name)}"
+    return message
 
 
 def _saved(path: Path | None, saver: _Saver | None, total: int) -> str:
