@@ -15,9 +15,12 @@ import json
 import os
 import pty
 import re
+import select
+import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import tomllib
 from dataclasses import dataclass
@@ -648,6 +651,16 @@ def test_run_progress_escapes_the_run_id_of_the_checkpoint(
     )
 
 
+def _read_until(fd: int, ending: str) -> str:
+    """What the terminal shows, read until ``ending`` and the end of its line came through."""
+    data = b""
+    while not re.search(rf"{re.escape(ending)}[^\n]*\n", data.decode("utf-8", "replace")):
+        ready, _, _ = select.select([fd], [], [], 30)
+        assert ready, f"the terminal showed only {data!r}"
+        data += os.read(fd, 65536)
+    return data.decode("utf-8")
+
+
 def test_the_live_progress_line_on_a_terminal_escapes_names_too(tmp_path: Path) -> None:
     """On a terminal the reporter redraws one line with carriage returns; those stay."""
     from executionkit._cli._progress import terminal_safe_progress  # noqa: PLC0415
@@ -664,7 +677,7 @@ def test_the_live_progress_line_on_a_terminal_escapes_names_too(tmp_path: Path) 
             assert stream.isatty()
             with pytest.raises(WorkflowFailed):
                 module.workflow.run_sync(on_event=terminal_safe_progress(stream))
-        shown = os.read(controller, 65536).decode("utf-8")
+        shown = _read_until(controller, "failed: WorkflowFailed")
     finally:
         os.close(controller)
         os.close(terminal)
@@ -723,9 +736,13 @@ def test_names_are_shown_unambiguously(cli: Callable[..., Outcome], tmp_path: Pa
     ]
 
 
-def test_demo_through_main(capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_through_main(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the demo's file is kept
     assert main(["demo", "--no-delay"]) == 0
     assert "-> exact" in capsys.readouterr().out
+    assert len(list(tmp_path.glob("executionkit-demo-*/checkpoint.json"))) == 1
 
 
 HANG = """\
@@ -1358,3 +1375,57 @@ def test_the_how_to_graph_is_what_graph_prints_after_the_failed_run(
     assert main(["graph", "cli_workflow:workflow", "--checkpoint", "run.json"]) == 0
     printed = capsys.readouterr().out
     assert _fenced(DOC.read_text(encoding="utf-8"), "mermaid") == [printed]
+
+
+def _text_block(starting: str) -> str:
+    blocks = _fenced(DOC.read_text(encoding="utf-8"), "text")
+    (block,) = [block for block in blocks if block.startswith(starting)]
+    return block
+
+
+def test_the_how_to_shows_what_the_runs_print(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    clean_modules: None,
+) -> None:
+    """The failed run's progress (the full run_id included) and the resumed run's outputs.
+
+    Only what cannot repeat is replaced: the run's random id by the page's, and
+    durations by 0.0s.
+    """
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    run = ["run", "cli_workflow:workflow", "--checkpoint", "run.json", "--input=text=The cat sat"]
+    assert main([*run, "--input=lang=xx"]) == 1
+    err = capsys.readouterr().err
+    run_id = read_checkpoint(tmp_path / "run.json").run_id
+    assert run_id is not None
+    shown = _text_block("executionkit: run ")
+    (documented_id,) = set(re.findall(r"run ([0-9a-f]{32}) ", shown))
+    assert re.sub(r"\b\d+\.\ds\b", "0.0s", err.replace(run_id, documented_id)) == shown
+    assert main([*run, "--input=lang=fr"]) == 0
+    assert capsys.readouterr().out == _text_block('{\n  "words"')
+
+
+def test_the_how_to_error_examples_are_what_the_commands_print(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    clean_modules: None,
+) -> None:
+    """Each ``$ executionkit ...`` line, run after the page's failed run, prints what follows."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    write(tmp_path, "notes.txt", "not a checkpoint\n")
+    run = ["run", "cli_workflow:workflow", "--checkpoint", "run.json", TEXT, "--input=lang=xx"]
+    assert main(run) == 1
+    capsys.readouterr()
+    lines = _text_block("$ executionkit ").splitlines()
+    commands = [number for number, line in enumerate(lines) if line.startswith("$ ")]
+    assert len(commands) == 4
+    for start, end in zip(commands, [*commands[1:], len(lines)], strict=True):
+        executable, *args = shlex.split(lines[start].removeprefix("$ "))
+        assert executable == "executionkit"
+        assert main(args) == 2
+        assert capsys.readouterr().err.splitlines() == lines[start + 1 : end], lines[start]
