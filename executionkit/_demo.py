@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,11 +172,24 @@ def _usage(usage: TokenUsage) -> str:
     )
 
 
-def run_demo(directory: Path | None = None, *, delay: bool = True) -> int:
-    """Run the demo, writing checkpoints under ``directory`` (a temp dir if None)."""
+def run_demo(
+    directory: Path | None = None, *, delay: bool = True, command: str = "executionkit"
+) -> int:
+    """Run the demo, writing its checkpoint file in ``directory``.
+
+    Args:
+        directory: Where to write ``checkpoint.json``; a new temporary folder if None.
+            The file is left there, for the user to look at.
+        delay: Whether to simulate the model's latency.
+        command: How the user runs the command line, for the ``inspect`` command the
+            demo ends by suggesting.
+
+    Returns:
+        The exit status: 0 when the resumed run's token totals are exact.
+    """
     if directory is None:
-        with tempfile.TemporaryDirectory(prefix="executionkit-demo-") as tmp:
-            return run_demo(Path(tmp), delay=delay)
+        # Not a TemporaryDirectory: the file the demo talks about must outlive it.
+        directory = Path(tempfile.mkdtemp(prefix="executionkit-demo-"))
     path = directory / "checkpoint.json"
     workflow = build_workflow()
     expected = sum((call.usage for call in CALLS.values()), TokenUsage())
@@ -225,4 +239,6 @@ def run_demo(directory: Path | None = None, *, delay: bool = True) -> int:
     print(f"  an uninterrupted run costs:   {_usage(expected)} -> {verdict}")
     report = result.outputs["assemble_report"]
     print(f"\nReport: {report['headline']!r} [{report['topic']}] - {report['summary_es']}")
+    print(f"\nThe checkpoint file is kept in {directory}. To see what it holds, run:")
+    print(f"  {command} inspect {shlex.quote(str(path))}")
     return 0 if exact else 1

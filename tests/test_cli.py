@@ -10,12 +10,17 @@ module written into the test's temporary folder, which is the working directory.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
+import pty
 import re
+import select
+import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import tomllib
 from dataclasses import dataclass
@@ -24,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from executionkit import TokenUsage, Workflow, WorkflowCheckpoint
+from executionkit import TokenUsage, Workflow, WorkflowCheckpoint, WorkflowFailed
 from executionkit import _cli as cli_module
 from executionkit._cli import main
 
@@ -215,6 +220,7 @@ workflow = Workflow([Step("show", show)])
             {"n": [1, 2], "type": "list", "name": "flag"},
         ),
         ({"name": "file"}, ("--input", "n=3"), {"n": "3", "type": "str", "name": "file"}),
+        ({"n": 2.5, "name": "file"}, (), {"n": 2.5, "type": "float", "name": "file"}),
         ({}, ("--input", "n=a=b", "--input", "name="), {"n": "a=b", "type": "str", "name": ""}),
     ],
 )
@@ -267,7 +273,7 @@ def test_resuming_from_another_workflows_checkpoint_is_refused_and_the_file_kept
     assert refused.err == (
         "executionkit: error: checkpoint records outputs of steps this workflow does not "
         "have: 'alpha' (a checkpoint of another workflow, or renamed steps); pass "
-        "unknown_steps='discard' to drop them\n"
+        "--discard-unknown-steps to drop them\n"
     )
     assert path.read_bytes() == before
 
@@ -279,8 +285,9 @@ def test_resuming_needs_the_same_input_keys(cli: Callable[..., Outcome]) -> None
     refused = cli(*args)
     assert refused.code == 2
     assert refused.err == (
-        "executionkit: error: initial_context lacks keys the checkpoint was run with: "
-        "'lang'; checkpoints never store context values, so pass them again\n"
+        "executionkit: error: inputs the checkpoint was run with are missing: 'lang'; "
+        "checkpoints never store input values, so pass them again with --input or "
+        "--inputs-json\n"
     )
 
 
@@ -378,9 +385,364 @@ def test_an_unexpected_error_of_the_run_is_not_hidden(
             main(["run", "cli_workflow:workflow", *flags])
 
 
-def test_demo_through_main(capsys: pytest.CaptureFixture[str]) -> None:
+# --- resuming with flags: --discard-unknown-steps and --rerun ------------------------------
+
+
+def test_discard_unknown_steps_resumes_from_another_workflows_checkpoint(
+    cli: Callable[..., Outcome], tmp_path: Path
+) -> None:
+    """The flag maps to unknown_steps='discard': the recorded steps the workflow has are kept."""
+    older = WorkflowCheckpoint(
+        step_index=2,
+        outputs={"words": ["a", "b"], "alpha": 1},
+        cost=TokenUsage(10, 1, 1),
+        run_id="older-run",
+        seq=3,
+        context_keys=("lang", "text"),
+    )
+    write(tmp_path, "run.json", json.dumps(older.to_dict()))
+    args = ("run", "cli_workflow:workflow", "--checkpoint", "run.json", TEXT, "--input=lang=fr")
+    done = cli(*args, "--discard-unknown-steps")
+    assert done.code == 0, done.err
+    assert done.err.splitlines()[0] == (
+        "executionkit: dropping what run.json records for steps this workflow does not have: alpha"
+    )
+    # words was not run again: its recorded output (not "the cat sat") fed count.
+    assert json.loads(done.out)["report"] == {"words": 2, "translation": "a b"}
+    saved = read_checkpoint(tmp_path / "run.json")
+    assert list(saved.outputs) == ["words", "count", "translate", "report"]
+    assert (saved.run_id, saved.seq) == ("older-run", 5)
+    assert saved.cost == TokenUsage(280, 35, 3)
+
+
+def test_discard_unknown_steps_says_nothing_when_nothing_is_dropped(
+    cli: Callable[..., Outcome], tmp_path: Path
+) -> None:
+    args = ("run", "cli_workflow:workflow", "--checkpoint", "run.json", TEXT, "--input=lang=fr")
+    assert cli(*args, "--discard-unknown-steps").code == 0  # no checkpoint yet
+    again = cli(*args, "--discard-unknown-steps")
+    assert again.code == 0
+    assert "dropping" not in again.err
+
+
+def test_discard_unknown_steps_keeps_the_inputs_of_an_executionkit_04_checkpoint(
+    cli: Callable[..., Outcome], tmp_path: Path
+) -> None:
+    """0.4 kept the initial context among the outputs: those are inputs, nothing is dropped."""
+    legacy = {
+        "step_index": 1,
+        "outputs": {"words": ["a", "b"], "text": "a b", "lang": "de"},
+        "cost": {"input_tokens": 1, "output_tokens": 1, "llm_calls": 1},
+    }
+    write(tmp_path, "old.json", json.dumps(legacy))
+    done = cli(
+        "run", "cli_workflow:workflow", "--checkpoint", "old.json", "--discard-unknown-steps"
+    )
+    assert done.code == 0, done.err
+    assert "dropping" not in done.err
+    assert json.loads(done.out)["translate"] == "a b"
+
+
+def test_an_empty_checkpoint_file_starts_a_fresh_run(
+    cli: Callable[..., Outcome], tmp_path: Path
+) -> None:
+    write(tmp_path, "run.json", "  \n")
+    done = cli("run", "cli_workflow:workflow", "--checkpoint", "run.json", TEXT, "--input=lang=fr")
+    assert done.code == 0, done.err
+    assert done.err.startswith("executionkit: run ")
+    assert " started: 4 steps\n" in done.err.splitlines(keepends=True)[0]
+    assert read_checkpoint(tmp_path / "run.json").step_index == 4
+
+
+def test_rerun_runs_recorded_steps_again_and_what_depends_on_them(
+    cli: Callable[..., Outcome], tmp_path: Path
+) -> None:
+    """--rerun is repeatable and maps to run(rerun=[...]); words stays as recorded."""
+    args = ("run", "cli_workflow:workflow", "--checkpoint", "run.json", TEXT, "--input=lang=fr")
+    first = cli(*args)
+    assert first.code == 0
+    again = cli(*args, "--rerun", "count", "--rerun", "translate")
+    assert again.code == 0, again.err
+    assert json.loads(again.out) == json.loads(first.out)
+    for line in (
+        "executionkit: count invalidated: rerun requested",
+        "executionkit: translate invalidated: rerun requested",
+    ):
+        assert line in again.err.splitlines()
+    assert "executionkit: words finished" not in again.err
+    saved = read_checkpoint(tmp_path / "run.json")
+    # count (120 in) and translate (150 in) were paid for twice, words never.
+    assert saved.cost == TokenUsage(540, 68, 4)
+    assert saved.seq == 5  # two batches after the first run's three
+
+
+DECODE = """\
+from executionkit import Step, Workflow
+
+def decode(value):
+    raise ValueError("cannot read " + repr(value))
+
+workflow = Workflow([
+    Step("it's", lambda ctx: "one", encode=str, decode=decode),
+    Step("next", lambda ctx: ctx["it's"] * 2, depends_on=("it's",)),
+])
+"""
+
+
+@pytest.mark.parametrize(
+    ("files", "args", "message"),
+    [
+        (
+            {},
+            ("run", "cli_workflow:workflow", "--rerun", "count", "--rerun", "nope"),
+            "--rerun names steps this workflow does not have: 'nope'",
+        ),
+        (
+            {},
+            ("run", "cli_workflow:workflow", "--checkpoint", "new.json", "--rerun", "count"),
+            (
+                "--rerun needs a checkpoint to resume from: without --checkpoint FILE holding "
+                "one, every step runs anyway"
+            ),
+        ),
+        (
+            {
+                "decode.py": DECODE,
+                "run.json": json.dumps(
+                    WorkflowCheckpoint(1, {"it's": "one"}, TokenUsage(), seq=1).to_dict()
+                ),
+            },
+            ("run", "decode:workflow", "--checkpoint", "run.json"),
+            (
+                'step "it\'s": decode failed on the recorded output (ValueError: cannot read '
+                "'one'); fix decode, or pass --rerun 'it'\"'\"'s'"
+            ),
+        ),
+    ],
+)
+def test_run_argument_errors_name_the_flags(
+    cli: Callable[..., Outcome],
+    tmp_path: Path,
+    files: dict[str, str],
+    args: tuple[str, ...],
+    message: str,
+) -> None:
+    for name, content in files.items():
+        write(tmp_path, name, content)
+    outcome = cli(*args)
+    assert (outcome.code, outcome.out, outcome.err) == (2, "", f"executionkit: error: {message}\n")
+
+
+def test_the_rerun_the_decode_error_suggests_works(
+    cli: Callable[..., Outcome], tmp_path: Path
+) -> None:
+    write(tmp_path, "decode.py", DECODE)
+    checkpoint = WorkflowCheckpoint(1, {"it's": "one"}, TokenUsage(), seq=1)
+    write(tmp_path, "run.json", json.dumps(checkpoint.to_dict()))
+    done = cli("run", "decode:workflow", "--checkpoint", "run.json", "--rerun", "it's")
+    assert done.code == 0, done.err
+    assert json.loads(done.out) == {"it's": "one", "next": "oneone"}
+
+
+# --- SIGTERM: run_sync checkpoints, then raises SystemExit(143) -------------------------------
+
+TERMINATED = """\
+from executionkit import Step, Workflow
+
+def terminated(ctx):
+    raise SystemExit(143)
+
+def exits(ctx):
+    raise SystemExit(3)
+
+first = Step("first", lambda ctx: "one")
+workflow = Workflow([first, Step("stop", terminated, depends_on=("first",))])
+other = Workflow([first, Step("stop", exits, depends_on=("first",))])
+"""
+
+
+def test_a_termination_saves_what_completed_and_exits_143(
+    cli: Callable[..., Outcome], tmp_path: Path
+) -> None:
+    """SystemExit(143) out of run_sync (what SIGTERM becomes) is exit 143 and one line.
+
+    Here a step raises it, which run_sync lets through after checkpointing, as it
+    will for SIGTERM itself.
+    """
+    write(tmp_path, "terminated.py", TERMINATED)
+    outcome = cli("run", "terminated:workflow", "--checkpoint", "run.json")
+    assert (outcome.code, outcome.out) == (143, "")
+    assert outcome.err.splitlines()[-1] == (
+        "executionkit: terminated; checkpoint saved to run.json (seq 1, 1 of 2 steps "
+        "recorded); run again with the same --checkpoint to resume"
+    )
+    assert "Traceback" not in outcome.err
+    assert dict(read_checkpoint(tmp_path / "run.json").outputs) == {"first": "one"}
+    bare = cli("run", "terminated:workflow")
+    assert (bare.code, bare.err.splitlines()[-1]) == (
+        143,
+        (
+            "executionkit: terminated; nothing was saved; pass --checkpoint FILE to keep the "
+            "steps that completed"
+        ),
+    )
+
+
+def test_any_other_system_exit_passes_through(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    clean_modules: None,
+) -> None:
+    write(tmp_path, "terminated.py", TERMINATED)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as caught:
+        main(["run", "terminated:other", "--checkpoint", "run.json"])
+    assert caught.value.code == 3
+    assert "terminated" not in capsys.readouterr().err
+
+
+# --- what run prints is safe on a terminal ----------------------------------------------------
+
+HOSTILE_NAMES = """\
+from executionkit import Step, Workflow
+
+def fails(ctx):
+    raise ValueError("\\x1b]0;pwned\\x07 \\u202eevil \\x9b2J")
+
+workflow = Workflow([
+    Step("ok\\x1b[2J\\nname", lambda ctx: "\\x85\\u202e\\u2066\\x1b"),
+    Step("bad\\rname", fails, depends_on=("ok\\x1b[2J\\nname",)),
+])
+"""
+
+
+def test_run_progress_escapes_step_names_and_error_messages(
+    cli: Callable[..., Outcome], tmp_path: Path
+) -> None:
+    write(tmp_path, "hostile.py", HOSTILE_NAMES)
+    outcome = cli("run", "hostile:workflow", "--checkpoint", "run.json")
+    assert outcome.code == 1
+    lines = outcome.err.splitlines()
+    assert all(line.isprintable() for line in lines), lines
+    assert len(lines) == 6  # nothing split a line in two
+    assert lines[1].startswith('executionkit: "ok\\u001b[2J\\nname" finished in ')
+    assert lines[2].startswith(
+        'executionkit: "bad\\rname" failed after 0.0s: ValueError: \\x1b]0;pwned\\x07 '
+        "\\u202eevil \\x9b2J; "
+    )
+    assert lines[-2] == (
+        'executionkit: step "bad\\rname" failed: ValueError: \\x1b]0;pwned\\x07 \\u202eevil '
+        "\\x9b2J"
+    )
+
+
+def test_run_progress_escapes_the_run_id_of_the_checkpoint(
+    cli: Callable[..., Outcome], tmp_path: Path
+) -> None:
+    checkpoint = WorkflowCheckpoint(
+        1, {"words": ["x"]}, TokenUsage(), run_id="\x1b[31mred\u202e", seq=1
+    )
+    write(tmp_path, "run.json", json.dumps(checkpoint.to_dict()))
+    outcome = cli("run", "cli_workflow:workflow", "--checkpoint", "run.json", "--input=lang=fr")
+    assert outcome.code == 0, outcome.err
+    assert outcome.err.splitlines()[0] == (
+        "executionkit: run \\x1b[31mred\\u202e resumed: 1/4 steps recorded"
+    )
+
+
+def _read_until(fd: int, ending: str) -> str:
+    """What the terminal shows, read until ``ending`` and the end of its line came through."""
+    data = b""
+    while not re.search(rf"{re.escape(ending)}[^\n]*\n", data.decode("utf-8", "replace")):
+        ready, _, _ = select.select([fd], [], [], 30)
+        assert ready, f"the terminal showed only {data!r}"
+        data += os.read(fd, 65536)
+    return data.decode("utf-8")
+
+
+def test_the_live_progress_line_on_a_terminal_escapes_names_too(tmp_path: Path) -> None:
+    """On a terminal the reporter redraws one line with carriage returns; those stay."""
+    from executionkit._cli._progress import terminal_safe_progress  # noqa: PLC0415
+
+    write(tmp_path, "hostile_live.py", HOSTILE_NAMES)
+    spec = importlib.util.spec_from_file_location("hostile_live", tmp_path / "hostile_live.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    controller, terminal = pty.openpty()
+    try:
+        with os.fdopen(terminal, "w", encoding="utf-8", closefd=False) as stream:
+            assert stream.isatty()
+            with pytest.raises(WorkflowFailed):
+                module.workflow.run_sync(on_event=terminal_safe_progress(stream))
+        shown = _read_until(controller, "failed: WorkflowFailed")
+    finally:
+        os.close(controller)
+        os.close(terminal)
+    assert "\x1b" not in shown
+    assert "\u202e" not in shown
+    assert "\r" in shown  # the live line was redrawn in place
+    assert '"ok\\u001b[2J\\nname"' in shown
+    assert "ValueError: \\x1b]0;pwned\\x07 \\u202eevil \\x9b2J" in shown
+
+
+def test_run_prints_outputs_as_json_with_controls_escaped(
+    cli: Callable[..., Outcome], tmp_path: Path
+) -> None:
+    write(tmp_path, "hostile.py", HOSTILE_NAMES.replace("fails, depends", "str, depends"))
+    outcome = cli("run", "hostile:workflow")
+    assert outcome.code == 0, outcome.err
+    assert all(line.isprintable() for line in outcome.out.splitlines())
+    assert '  "ok\\u001b[2J\\nname": "\\u0085\\u202e\\u2066\\u001b",' in outcome.out
+    assert json.loads(outcome.out)["ok\x1b[2J\nname"] == "\x85\u202e\u2066\x1b"
+
+
+def test_inspect_json_escapes_c1_and_bidi_controls_and_stays_json(
+    cli: Callable[..., Outcome], tmp_path: Path
+) -> None:
+    controls = "\x1b\x7f\x85\x9b\u061c\u200e\u200f\u202a\u202e\u2066\u2069"
+    checkpoint = WorkflowCheckpoint(
+        1,
+        {f"name{controls}": "x"},
+        TokenUsage(),
+        run_id=f"id{controls}",
+        metadata={"note": controls, f"key{controls}": [controls]},
+        errors={f"failed{controls}": f"ValueError: {controls}"},
+    )
+    write(tmp_path, "run.json", json.dumps(checkpoint.to_dict()))
+    outcome = cli("inspect", "run.json", "--json")
+    assert (outcome.code, outcome.err) == (0, "")
+    assert outcome.out.isascii()  # every one of them is escaped as \uXXXX
+    escaped = "\\u001b\\u007f\\u0085\\u009b\\u061c\\u200e\\u200f\\u202a\\u202e\\u2066\\u2069"
+    assert f'"run_id": "id{escaped}",' in outcome.out
+    summary = json.loads(outcome.out)
+    assert summary["run_id"] == f"id{controls}"
+    assert summary["metadata"] == {"note": controls, f"key{controls}": [controls]}
+    assert summary["failed"] == {f"failed{controls}": f"ValueError: {controls}"}
+    assert list(summary["outputs"]) == [f"name{controls}"]
+
+
+def test_names_are_shown_unambiguously(cli: Callable[..., Outcome], tmp_path: Path) -> None:
+    """A name that looks like a quoted name is quoted itself, so no two names look alike."""
+    checkpoint = WorkflowCheckpoint(3, {"a\nb": 1, '"a\\nb"': 2, "plain": 3}, TokenUsage(), seq=1)
+    write(tmp_path, "run.json", json.dumps(checkpoint.to_dict()))
+    outcome = cli("inspect", "run.json")
+    assert outcome.out.splitlines()[-3:] == [
+        '  "a\\nb"       1',
+        '  "\\"a\\\\nb\\""  2',
+        "  plain        3",
+    ]
+
+
+def test_demo_through_main(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the demo's file is kept
     assert main(["demo", "--no-delay"]) == 0
     assert "-> exact" in capsys.readouterr().out
+    assert len(list(tmp_path.glob("executionkit-demo-*/checkpoint.json"))) == 1
 
 
 HANG = """\
@@ -527,8 +889,8 @@ BAD_INPUT: list[tuple[tuple[str, ...], dict[str, str | bytes], str]] = [
         ("run", "cli_workflow:workflow", "--input", "words=x"),
         {},
         (
-            "initial_context keys collide with step names: 'words'; a step's output and a "
-            "context value cannot share a ctx key, so rename them"
+            "inputs collide with step names: 'words'; a step's output and an input cannot "
+            "share a ctx key, so rename them"
         ),
     ),
     (
@@ -562,6 +924,11 @@ BAD_INPUT: list[tuple[tuple[str, ...], dict[str, str | bytes], str]] = [
         "run.json: not a checkpoint file: invalid JSON at line 1 column 1 (Expecting value)",
     ),
     (("inspect", "missing.json"), {}, "missing.json: no such file"),
+    (
+        ("inspect", "latin1.json"),
+        {"latin1.json": b'{"caf\xe9": 1}'},
+        "latin1.json: not a checkpoint file: not UTF-8 text (invalid continuation byte at byte 5)",
+    ),
     (
         ("inspect", "empty.json"),
         {"empty.json": ""},
@@ -641,7 +1008,7 @@ def test_usage_errors_exit_2_with_argparse_usage(
 def test_help_lists_the_commands_and_exit_codes(cli: Callable[..., Outcome]) -> None:
     outcome = cli("--help")
     assert outcome.code == 0
-    for word in ("demo", "run", "inspect", "graph", "130  interrupted"):
+    for word in ("demo", "run", "inspect", "graph", "130  interrupted", "143  terminated"):
         assert word in outcome.out
 
 
@@ -1008,3 +1375,57 @@ def test_the_how_to_graph_is_what_graph_prints_after_the_failed_run(
     assert main(["graph", "cli_workflow:workflow", "--checkpoint", "run.json"]) == 0
     printed = capsys.readouterr().out
     assert _fenced(DOC.read_text(encoding="utf-8"), "mermaid") == [printed]
+
+
+def _text_block(starting: str) -> str:
+    blocks = _fenced(DOC.read_text(encoding="utf-8"), "text")
+    (block,) = [block for block in blocks if block.startswith(starting)]
+    return block
+
+
+def test_the_how_to_shows_what_the_runs_print(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    clean_modules: None,
+) -> None:
+    """The failed run's progress (the full run_id included) and the resumed run's outputs.
+
+    Only what cannot repeat is replaced: the run's random id by the page's, and
+    durations by 0.0s.
+    """
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    run = ["run", "cli_workflow:workflow", "--checkpoint", "run.json", "--input=text=The cat sat"]
+    assert main([*run, "--input=lang=xx"]) == 1
+    err = capsys.readouterr().err
+    run_id = read_checkpoint(tmp_path / "run.json").run_id
+    assert run_id is not None
+    shown = _text_block("executionkit: run ")
+    (documented_id,) = set(re.findall(r"run ([0-9a-f]{32}) ", shown))
+    assert re.sub(r"\b\d+\.\ds\b", "0.0s", err.replace(run_id, documented_id)) == shown
+    assert main([*run, "--input=lang=fr"]) == 0
+    assert capsys.readouterr().out == _text_block('{\n  "words"')
+
+
+def test_the_how_to_error_examples_are_what_the_commands_print(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    clean_modules: None,
+) -> None:
+    """Each ``$ executionkit ...`` line, run after the page's failed run, prints what follows."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    write(tmp_path, "notes.txt", "not a checkpoint\n")
+    run = ["run", "cli_workflow:workflow", "--checkpoint", "run.json", TEXT, "--input=lang=xx"]
+    assert main(run) == 1
+    capsys.readouterr()
+    lines = _text_block("$ executionkit ").splitlines()
+    commands = [number for number, line in enumerate(lines) if line.startswith("$ ")]
+    assert len(commands) == 4
+    for start, end in zip(commands, [*commands[1:], len(lines)], strict=True):
+        executable, *args = shlex.split(lines[start].removeprefix("$ "))
+        assert executable == "executionkit"
+        assert main(args) == 2
+        assert capsys.readouterr().err.splitlines() == lines[start + 1 : end], lines[start]

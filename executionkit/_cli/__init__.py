@@ -1,0 +1,99 @@
+"""The ``executionkit`` command line (``python -m executionkit``).
+
+Commands: ``demo``, ``run``, ``inspect`` and ``graph``. Exit codes: 0 done, 1 a
+step failed (or a checkpoint could not be saved), 2 usage or bad input, 130
+interrupted (Ctrl-C), 143 terminated (SIGTERM). Bad input is reported as one
+``executionkit: error: ...`` line on stderr, never a traceback. The heavier
+imports (stores, progress, the demo) stay inside the commands, so that
+``executionkit --help`` and ``inspect`` start quickly.
+
+One module per command (``_run``, ``_inspect``, ``_graph``), with what they share
+in ``_load`` (workflows, checkpoint files, inputs) and ``_text`` (terminal-safe text).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+from executionkit._cli._exits import (
+    EXIT_BROKEN_PIPE,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TERMINATED,
+    EXIT_USAGE,
+    CliError,
+)
+from executionkit._cli._graph import dot, graph_command, mermaid, step_statuses
+from executionkit._cli._inspect import describe, inspect_command
+from executionkit._cli._parser import build_parser
+from executionkit._cli._run import run_command
+from executionkit._cli._text import PREVIEW_CHARS, say
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable, Sequence
+
+__all__ = [
+    "EXIT_BROKEN_PIPE",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_TERMINATED",
+    "EXIT_USAGE",
+    "PREVIEW_CHARS",
+    "CliError",
+    "describe",
+    "dot",
+    "main",
+    "mermaid",
+    "step_statuses",
+]
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "run": run_command,
+    "inspect": inspect_command,
+    "graph": graph_command,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "demo":
+            from executionkit._demo import run_demo  # noqa: PLC0415 - keep CLI start-up light
+
+            return run_demo(delay=not args.no_delay, command=_invocation())
+        command = _COMMANDS[args.command]
+        return command(args)
+    except CliError as exc:
+        say(f"error: {exc}")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        say("interrupted")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # Whoever read stdout stopped early (``| head``): end quietly, as Unix tools do,
+        # and keep Python from failing again when it flushes stdout at exit.
+        import os  # noqa: PLC0415
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
+
+
+def _invocation() -> str:
+    """How this command line was started, for the commands it suggests running next.
+
+    ``python -m executionkit`` runs where the ``executionkit`` script may not be on
+    PATH (a virtual environment that is not activated), so it is named in full.
+    """
+    import shlex  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    if Path(sys.argv[0]).name == "__main__.py":
+        return f"{shlex.quote(sys.executable)} -m executionkit"
+    return "executionkit"

@@ -1,0 +1,118 @@
+"""``executionkit graph``: the dependency graph as Mermaid or Graphviz dot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from executionkit._cli._exits import EXIT_OK
+from executionkit._cli._load import load_checkpoint, load_workflow
+from executionkit._cli._text import one_line, out, say, show
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Mapping
+
+    from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._workflow import Workflow
+
+_MERMAID_STYLES = (
+    ("done", "fill:#d3f9d8,stroke:#2b8a3e,color:#1b4332"),
+    ("failed", "fill:#ffe3e3,stroke:#c92a2a,color:#5c0011"),
+    ("pending", "fill:#f1f3f5,stroke:#868e96,color:#343a40"),
+)
+_DOT_FILLS = {"done": "#d3f9d8", "failed": "#ffe3e3", "pending": "#f1f3f5"}
+
+
+def graph_command(args: argparse.Namespace) -> int:
+    """Print ``args.workflow``'s graph, steps marked from ``args.checkpoint`` if given."""
+    from executionkit._checkpoint import LEGACY_VERSION  # noqa: PLC0415
+
+    checkpoint = None
+    if args.checkpoint is not None:
+        path = Path(args.checkpoint)
+        checkpoint = load_checkpoint(path, missing_ok=False)
+    workflow = load_workflow(args.workflow)
+    statuses = None if checkpoint is None else step_statuses(workflow, checkpoint)
+    if checkpoint is not None and checkpoint.version != LEGACY_VERSION:
+        known = {step.name for step in workflow.steps}
+        unknown = [name for name in checkpoint.outputs if name not in known]
+        if unknown:
+            say(
+                f"warning: {args.checkpoint} records steps {args.workflow} does not have: "
+                f"{', '.join(map(show, unknown))}"
+            )
+    draw = mermaid if args.format == "mermaid" else dot
+    out(draw(workflow, statuses))
+    return EXIT_OK
+
+
+def step_statuses(workflow: Workflow, checkpoint: WorkflowCheckpoint) -> dict[str, str]:
+    """Each step's state in ``checkpoint``: ``done``, ``failed`` or ``pending``."""
+    return {
+        step.name: "done"
+        if step.name in checkpoint.outputs
+        else "failed"
+        if step.name in checkpoint.errors
+        else "pending"
+        for step in workflow.steps
+    }
+
+
+def _edges(workflow: Workflow) -> list[tuple[int, int]]:
+    """(dependency, step) index pairs: by step in declaration order, then ``depends_on``."""
+    index = {step.name: position for position, step in enumerate(workflow.steps)}
+    return [
+        (index[dep], position)
+        for position, step in enumerate(workflow.steps)
+        for dep in step.depends_on
+    ]
+
+
+def mermaid(workflow: Workflow, statuses: Mapping[str, str] | None = None) -> str:
+    """The graph as a Mermaid flowchart, steps styled by state when ``statuses`` is given."""
+    lines = ["flowchart TD"]
+    for position, step in enumerate(workflow.steps):
+        lines.append(f'    s{position}["{_mermaid_label(step.name)}"]')
+    lines.extend(f"    s{dep} --> s{position}" for dep, position in _edges(workflow))
+    if statuses is not None:
+        for state, style in _MERMAID_STYLES:
+            lines.append(f"    classDef {state} {style}")
+        for state, _ in _MERMAID_STYLES:
+            members = [
+                f"s{position}"
+                for position, step in enumerate(workflow.steps)
+                if statuses[step.name] == state
+            ]
+            if members:
+                lines.append(f"    class {','.join(members)} {state}")
+    return "\n".join(lines)
+
+
+def _mermaid_label(name: str) -> str:
+    text = one_line(name)
+    for char, code in (("#", "#35;"), ('"', "#quot;"), ("<", "#lt;"), (">", "#gt;")):
+        text = text.replace(char, code)
+    return text
+
+
+def dot(workflow: Workflow, statuses: Mapping[str, str] | None = None) -> str:
+    """The graph in Graphviz dot, steps filled by state when ``statuses`` is given."""
+    style = "rounded" if statuses is None else "rounded,filled"
+    lines = [
+        "digraph workflow {",
+        "    rankdir=TB;",
+        f'    node [shape=box, style="{style}"];',
+    ]
+    for position, step in enumerate(workflow.steps):
+        attributes = f'label="{_dot_label(step.name)}"'
+        if statuses is not None:
+            attributes += f', fillcolor="{_DOT_FILLS[statuses[step.name]]}"'
+        lines.append(f"    n{position} [{attributes}];")
+    lines.extend(f"    n{dep} -> n{position};" for dep, position in _edges(workflow))
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def _dot_label(name: str) -> str:
+    return one_line(name).replace("\\", "\\\\").replace('"', '\\"')

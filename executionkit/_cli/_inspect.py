@@ -1,0 +1,126 @@
+"""``executionkit inspect``: what a checkpoint file holds, as text or JSON."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from executionkit._cli._exits import EXIT_OK, CliError
+from executionkit._cli._load import load_checkpoint, load_workflow
+from executionkit._cli._text import json_document, one_line, out, preview, show
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Mapping
+
+    from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._workflow import Workflow
+
+
+def inspect_command(args: argparse.Namespace) -> int:
+    """Print what ``args.file`` holds; import ``args.workflow`` only if given."""
+    path = Path(args.file)
+    checkpoint = load_checkpoint(path, missing_ok=False)
+    assert checkpoint is not None  # noqa: S101 - missing_ok=False never returns None
+    workflow = None if args.workflow is None else load_workflow(args.workflow)
+    summary = describe(checkpoint, workflow, file=str(path))
+    if not args.json:
+        out(describe_text(summary))
+        return EXIT_OK
+    try:
+        text = json_document(summary)
+    except RecursionError:  # metadata is printed whole, and json nests less deeply than it reads
+        msg = f"{path}: metadata nested too deeply to print as JSON"
+        raise CliError(msg) from None
+    out(text)
+    return EXIT_OK
+
+
+def describe(
+    checkpoint: WorkflowCheckpoint, workflow: Workflow | None, *, file: str
+) -> dict[str, Any]:
+    """What ``inspect --json`` prints: plain data about ``checkpoint``.
+
+    Outputs and progress values appear as previews of at most `PREVIEW_CHARS`
+    characters. ``total``, ``pending`` and ``unknown`` are None without a workflow.
+    """
+    outputs = checkpoint.outputs
+    names = list(outputs)
+    total = pending = unknown = None
+    if workflow is not None:
+        declared = [step.name for step in workflow.steps]
+        known = set(declared)
+        names = [name for name in declared if name in outputs]
+        unknown = [name for name in outputs if name not in known]
+        names += unknown
+        total = len(declared)
+        pending = [name for name in declared if name not in outputs]
+    cost = checkpoint.cost
+    return {
+        "file": file,
+        "version": checkpoint.version,
+        "run_id": checkpoint.run_id,
+        "seq": checkpoint.seq,
+        "created_at": checkpoint.created_at,
+        "metadata": dict(checkpoint.metadata),
+        "context_keys": list(checkpoint.context_keys),
+        "cost": {
+            "input_tokens": cost.input_tokens,
+            "output_tokens": cost.output_tokens,
+            "llm_calls": cost.llm_calls,
+        },
+        "recorded": names,
+        "total": total,
+        "pending": pending,
+        "unknown": unknown,
+        "failed": dict(checkpoint.errors),
+        "progress": {name: preview(value) for name, value in checkpoint.progress.items()},
+        "outputs": {name: preview(outputs[name]) for name in names},
+    }
+
+
+def describe_text(summary: Mapping[str, Any]) -> str:
+    """The text ``inspect`` prints for ``summary`` (what `describe` returned)."""
+    lines: list[str] = []
+
+    def field(label: str, *values: str) -> None:
+        for number, value in enumerate(values or ("(none)",)):
+            lines.append(f"{label if number == 0 else '':<12}{value}")
+
+    version = summary["version"]
+    field("file", one_line(summary["file"]))
+    field("format", f"version {version}" + (" (ExecutionKit 0.4)" if version == 0 else ""))
+    field("run_id", one_line(summary["run_id"] or "-"))
+    field("seq", str(summary["seq"]))
+    field("created_at", one_line(summary["created_at"] or "-"))
+    if summary["metadata"]:
+        field("metadata", preview(summary["metadata"]))
+    keys = summary["context_keys"]
+    if keys:
+        field("context", f"{', '.join(map(show, keys))} (key names only, never values)")
+    field("tokens", _usage_text(summary["cost"]))
+    recorded = len(summary["recorded"])
+    if summary["total"] is None:
+        field("steps", f"{recorded} recorded (--workflow MODULE:ATTR shows the total)")
+    else:
+        field("steps", f"{recorded - len(summary['unknown'])} of {summary['total']} recorded")
+        field("pending", ", ".join(map(show, summary["pending"])) or "(none)")
+        if summary["unknown"]:
+            names = ", ".join(map(show, summary["unknown"]))
+            field("unknown", f"{names} (recorded, but not a step of the workflow)")
+    field("failed", *(f"{show(name)}: {one_line(e)}" for name, e in summary["failed"].items()))
+    field("progress", *(f"{show(name)}: {p}" for name, p in summary["progress"].items()))
+    outputs = summary["outputs"]
+    lines.append("outputs" if outputs else "outputs     (none)")
+    width = min(max((len(show(name)) for name in outputs), default=0), 24)
+    lines.extend(f"  {show(name):<{width}}  {text}" for name, text in outputs.items())
+    return "\n".join(lines)
+
+
+def _usage_text(cost: Mapping[str, int]) -> str:
+    calls = cost["llm_calls"]
+    total = cost["input_tokens"] + cost["output_tokens"]
+    return (
+        f"{cost['input_tokens']} in + {cost['output_tokens']} out = {total} tokens, "
+        f"{calls} LLM call{'' if calls == 1 else 's'}"
+    )

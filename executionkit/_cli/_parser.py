@@ -1,0 +1,134 @@
+"""The ``executionkit`` argument parser: commands, options, help and epilogs."""
+
+from __future__ import annotations
+
+import argparse
+
+_EXIT_CODES = """\
+exit codes:
+  0    done
+  1    a step failed, or a checkpoint could not be saved (what completed is saved)
+  2    usage error or bad input (a missing file, not a checkpoint, a wrong MODULE:ATTR)
+  130  interrupted with Ctrl-C (what completed is saved)
+  143  terminated with SIGTERM (what completed is saved)
+"""
+
+_READ_EXIT_CODES = """\
+exit codes:
+  0    done
+  2    usage error or bad input (a missing file, not a checkpoint, a wrong MODULE:ATTR)
+"""
+
+_RUN_EPILOG = f"""\
+MODULE is imported as with 'python -m': from the current directory or PYTHONPATH.
+ATTR names a Workflow, or a function taking no arguments that returns one.
+--input values are strings; use --inputs-json for numbers, lists or objects
+(--input wins over a key of the file). Checkpoints are written atomically to
+FILE after every batch. When FILE already holds a checkpoint, the run resumes
+from it: pass the same input keys again, since values are never saved. To
+resume from a checkpoint of an older version of the workflow, pass
+--discard-unknown-steps to drop the steps it no longer has; to run recorded
+steps again (and what depends on them), name them with --rerun.
+
+{_EXIT_CODES}"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``executionkit`` argument parser, with its four commands."""
+    parser = argparse.ArgumentParser(
+        prog="executionkit",
+        description="Resumable workflows of expensive steps, checkpointed where you like.",
+        epilog=_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    demo = commands.add_parser(
+        "demo",
+        help="run a workflow that fails, is checkpointed to JSON, and resumes",
+        description=(
+            "Run a bundled 8-step workflow of simulated LLM calls: the first run fails at "
+            "one step, the checkpoint file shows what was saved, the second run resumes "
+            "from it and skips every step already paid for."
+        ),
+    )
+    demo.add_argument("--no-delay", action="store_true", help="skip the simulated model latency")
+
+    run = commands.add_parser(
+        "run",
+        help="run a workflow, checkpointing to a file and resuming from it",
+        description=(
+            "Import MODULE:ATTR and run it, with progress on stderr. On success its\n"
+            "outputs are printed to stdout as a JSON object."
+        ),
+        epilog=_RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("workflow", metavar="MODULE:ATTR", help="the workflow to run")
+    run.add_argument(
+        "--checkpoint",
+        metavar="FILE",
+        help="JSON file to write checkpoints to, and to resume from when it exists",
+    )
+    run.add_argument(
+        "--input",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="an initial-context value (a string); repeat for more",
+    )
+    run.add_argument(
+        "--inputs-json",
+        metavar="FILE",
+        help="a JSON object of initial-context values (typed values)",
+    )
+    run.add_argument(
+        "--rerun",
+        metavar="STEP",
+        action="append",
+        default=[],
+        help="run this recorded step again, and the steps that depend on it; repeat for more",
+    )
+    run.add_argument(
+        "--discard-unknown-steps",
+        action="store_true",
+        help="resume although the checkpoint records steps the workflow does not have",
+    )
+
+    inspect = commands.add_parser(
+        "inspect",
+        help="show what a checkpoint file holds (imports nothing)",
+        description=(
+            "Show a checkpoint file: format, run_id, seq, recorded and failed steps,\n"
+            "saved progress, token usage and a preview of each output. Nothing is\n"
+            "imported or executed unless --workflow is given."
+        ),
+        epilog=_READ_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    inspect.add_argument("file", metavar="FILE", help="the checkpoint file (JSON)")
+    inspect.add_argument(
+        "--workflow",
+        metavar="MODULE:ATTR",
+        help="import this workflow to show the total and the pending steps",
+    )
+    inspect.add_argument("--json", action="store_true", help="print a JSON object instead")
+
+    graph = commands.add_parser(
+        "graph",
+        help="print the workflow's dependency graph (Mermaid or Graphviz dot)",
+        description=(
+            "Print the steps and their dependencies in declaration order. With\n"
+            "--checkpoint, each step is marked done, failed or pending."
+        ),
+        epilog=_READ_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    graph.add_argument("workflow", metavar="MODULE:ATTR", help="the workflow to draw")
+    graph.add_argument("--checkpoint", metavar="FILE", help="mark steps from this checkpoint")
+    graph.add_argument(
+        "--format",
+        choices=("mermaid", "dot"),
+        default="mermaid",
+        help="mermaid (renders on GitHub; the default) or dot (Graphviz)",
+    )
+    return parser

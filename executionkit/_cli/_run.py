@@ -1,0 +1,177 @@
+"""``executionkit run``: run a workflow, checkpointing to a file and resuming from it."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from executionkit._cli._exits import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TERMINATED,
+    CliError,
+)
+from executionkit._cli._load import load_checkpoint, load_workflow, read_inputs
+from executionkit._cli._progress import terminal_safe_progress
+from executionkit._cli._text import error_text, json_document, out, say, show
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable
+
+    from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._workflow import Workflow
+
+
+class _Saver:
+    """The run's ``checkpoint_fn``: the store, remembering what it last saved or why it failed."""
+
+    def __init__(
+        self, store: Callable[[WorkflowCheckpoint], object], last: WorkflowCheckpoint | None
+    ) -> None:
+        self.store = store
+        self.last = last
+        self.error: Exception | None = None
+
+    def __call__(self, checkpoint: WorkflowCheckpoint) -> None:
+        try:
+            self.store(checkpoint)
+        except Exception as exc:
+            self.error = exc
+            raise
+        self.last = checkpoint
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run ``args.workflow``; print its outputs as JSON, or say what failed and what was saved."""
+    from executionkit.stores import JsonFileStore  # noqa: PLC0415
+
+    context = read_inputs(args)
+    path = None if args.checkpoint is None else Path(args.checkpoint)
+    resume = None if path is None else load_checkpoint(path, missing_ok=True)
+    workflow = load_workflow(args.workflow)
+    saver = None if path is None else _Saver(JsonFileStore(path), resume)
+    if path is not None and not path.parent.is_dir():
+        msg = f"--checkpoint {path}: folder {path.parent} does not exist"
+        raise CliError(msg)
+    if args.discard_unknown_steps and resume is not None:
+        _say_discarded(workflow, resume, path)
+    return _run(args, workflow, context, path=path, resume=resume, saver=saver)
+
+
+def _run(
+    args: argparse.Namespace,
+    workflow: Workflow,
+    context: dict[str, Any],
+    *,
+    path: Path | None,
+    resume: WorkflowCheckpoint | None,
+    saver: _Saver | None,
+) -> int:
+    """Run ``workflow``; report how it ended and return the exit code."""
+    from executionkit._errors import RunArgumentError, WorkflowFailed  # noqa: PLC0415
+
+    total = len(workflow.steps)
+    try:
+        result = workflow.run_sync(
+            context,
+            checkpoint_fn=saver,
+            resume_from=resume,
+            # A fresh run names its workflow; a resumed one keeps the checkpoint's metadata.
+            metadata={"workflow": args.workflow} if resume is None else None,
+            # Outputs that could not be written to the file fail their step at once.
+            validate_json=saver is not None,
+            on_event=terminal_safe_progress(sys.stderr),
+            rerun=args.rerun or None,
+            unknown_steps="discard" if args.discard_unknown_steps else "error",
+        )
+    except RunArgumentError as exc:  # before any step ran, CheckpointMismatchError included
+        raise CliError(in_cli_terms(str(exc), workflow)) from None
+    except WorkflowFailed as failure:
+        for name, error in failure.errors.items():
+            say(f"step {show(name)} failed: {error_text(error)}")
+        say(_saved(path, saver, total))
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        say(f"interrupted; {_saved(path, saver, total)}")
+        return EXIT_INTERRUPTED
+    except SystemExit as exc:
+        # run_sync raises SystemExit(143) for SIGTERM once it has checkpointed what
+        # completed, as it raises KeyboardInterrupt for Ctrl-C; any other exit passes.
+        if exc.code != EXIT_TERMINATED:
+            raise
+        say(f"terminated; {_saved(path, saver, total)}")
+        return EXIT_TERMINATED
+    except Exception as exc:
+        if saver is None or exc is not saver.error:
+            raise
+        say(f"could not save the checkpoint to {path}: {error_text(exc)}")
+        say(_saved(path, saver, total))
+        return EXIT_FAILED
+    out(json_document(dict(result.outputs)))
+    return EXIT_OK
+
+
+def _say_discarded(workflow: Workflow, resume: WorkflowCheckpoint, path: Path | None) -> None:
+    """Say which recorded steps ``--discard-unknown-steps`` drops, if any."""
+    from executionkit._checkpoint import LEGACY_VERSION  # noqa: PLC0415
+
+    if resume.version == LEGACY_VERSION:  # 0.4 kept the inputs there: they are not steps
+        return
+    known = {step.name for step in workflow.steps}
+    unknown = [name for name in resume.outputs if name not in known]
+    if unknown:
+        say(
+            f"dropping what {path} records for steps this workflow does not have: "
+            f"{', '.join(map(show, unknown))}"
+        )
+
+
+# The library's advice names run()'s arguments; on the command line it names flags.
+_IN_CLI_TERMS = (
+    ("pass unknown_steps='discard' to drop them", "pass --discard-unknown-steps to drop them"),
+    (
+        "initial_context lacks keys the checkpoint was run with",
+        "inputs the checkpoint was run with are missing",
+    ),
+    (
+        "checkpoints never store context values, so pass them again",
+        "checkpoints never store input values, so pass them again with --input or --inputs-json",
+    ),
+    ("initial_context keys collide with step names", "inputs collide with step names"),
+    ("a context value cannot share a ctx key", "an input cannot share a ctx key"),
+    ("rerun names steps", "--rerun names steps"),
+    (
+        "rerun needs resume_from: without a checkpoint every step runs anyway",
+        (
+            "--rerun needs a checkpoint to resume from: without --checkpoint FILE holding "
+            "one, every step runs anyway"
+        ),
+    ),
+)
+
+
+def in_cli_terms(message: str, workflow: Workflow) -> str:
+    """``message`` of a `RunArgumentError`, its advice given in flags, not in arguments."""
+    for python, cli in _IN_CLI_TERMS:
+        message = message.replace(python, cli)
+    for step in workflow.steps:  # "...; fix decode, or pass rerun=['name']"
+        advice = f"pass rerun=[{step.name!r}]"
+        if message.endswith(advice):
+            message = f"{message.removesuffix(advice)}pass --rerun {shlex.quote(step.name)}"
+    return message
+
+
+def _saved(path: Path | None, saver: _Saver | None, total: int) -> str:
+    if path is None or saver is None:
+        return "nothing was saved; pass --checkpoint FILE to keep the steps that completed"
+    last = saver.last
+    if last is None:
+        return f"nothing was saved to {path}"
+    return (
+        f"checkpoint saved to {path} (seq {last.seq}, {last.step_index} of {total} steps "
+        f"recorded); run again with the same --checkpoint to resume"
+    )

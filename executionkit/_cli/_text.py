@@ -1,0 +1,102 @@
+"""Text the commands print: one-line, terminal-safe renderings of names, values and errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+PREVIEW_CHARS = 60
+"""Longest preview of an output, progress value or metadata in ``inspect``."""
+
+
+def say(line: str) -> None:
+    """Write ``executionkit: line`` to stderr, as one line."""
+    sys.stderr.write(f"executionkit: {one_line(line)}\n")
+    sys.stderr.flush()
+
+
+def out(text: str) -> None:
+    """Write ``text`` and a newline to stdout."""
+    sys.stdout.write(f"{text}\n")
+    sys.stdout.flush()
+
+
+def one_line(text: str, *, keep: str = "") -> str:
+    r"""``text`` with line breaks and other unprintable characters escaped.
+
+    This is what makes text from a checkpoint file, a step name or an error message
+    safe to print: escape sequences (C0 and C1 controls), bidirectional overrides and
+    line breaks come out as ``\x1b``, ``\u202e``, ``\n``. Characters in ``keep``
+    are left alone (the progress reporter's own line breaks).
+    """
+    if text.isprintable() and not keep:
+        return text
+    return "".join(
+        char
+        if char.isprintable() or char in keep
+        else char.encode("unicode_escape").decode("ascii")
+        for char in text
+    )
+
+
+def show(name: str) -> str:
+    """A name as typed, or JSON-quoted when it has blanks at the ends or odd characters.
+
+    A name that starts with a double quote is quoted too, so that no two names are
+    ever shown alike.
+    """
+    if name and name.isprintable() and name.strip() == name and not name.startswith('"'):
+        return name
+    return one_line(json_text(name))
+
+
+def json_text(value: object) -> str:
+    """``value`` as JSON text, or its ``repr`` where JSON cannot hold it."""
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return repr(value)
+    except RecursionError:  # repr would recurse as deeply
+        return f"({type(value).__name__} nested too deeply to show)"
+
+
+def json_document(value: object) -> str:
+    r"""``value`` as indented JSON for stdout, safe on a terminal and still valid JSON.
+
+    `json` escapes C0 controls but leaves the rest of what `one_line` escapes as it
+    is (C1 controls, bidirectional overrides, lone surrogates, which stdout could not
+    even encode); those are written as ``\uXXXX`` escapes here. A value JSON cannot
+    hold is written as the string of its ``repr``.
+    """
+    text = json.dumps(value, indent=2, ensure_ascii=False, default=repr)
+    if text.replace("\n", "").isprintable():  # the common case, checked at C speed
+        return text
+    # The only raw unprintable characters json.dumps leaves are inside strings, apart
+    # from the line breaks of the indentation, which stay.
+    return "".join(
+        char if char.isprintable() or char == "\n" else _json_escape(char) for char in text
+    )
+
+
+def _json_escape(char: str) -> str:
+    # JSON spells a character by its UTF-16 code units: a surrogate pair beyond the BMP.
+    units = char.encode("utf-16-be", "surrogatepass")
+    return "".join(
+        f"\\u{int.from_bytes(units[start : start + 2]):04x}" for start in range(0, len(units), 2)
+    )
+
+
+def preview(value: object) -> str:
+    """One line of at most `PREVIEW_CHARS` characters: JSON of ``value``, then truncated."""
+    text = one_line(json_text(value))
+    if len(text) > PREVIEW_CHARS:
+        text = text[: PREVIEW_CHARS - 3] + "..."
+    return text
+
+
+def error_text(error: BaseException) -> str:
+    """``Type: first line of the message``."""
+    lines = str(error).splitlines()
+    first = lines[0] if lines else ""
+    name = type(error).__name__
+    return f"{name}: {first}" if first else name
