@@ -183,3 +183,31 @@ class WorkflowFailed(ExecutionKitError):  # noqa: N818 - the name reads as an ev
             f".checkpoint (seq={checkpoint.seq}) records the {checkpoint.step_index} "
             f"completed step(s); resume from it to run only what is left"
         )
+
+
+def safe_str(value: object) -> str:
+    """``str(value)``, or a description of the failure when ``__str__`` itself raises.
+
+    Error messages quote values from outside the library; a broken ``__str__``
+    must not replace the error being reported with its own.
+    """
+    try:
+        return str(value)
+    except Exception as exc:  # noqa: BLE001 - any failure of foreign code is described
+        return f"<{type(value).__name__} whose str() raised {type(exc).__name__}>"
+
+
+def preview(value: object, limit: int = 60) -> str:
+    """``repr(value)``, shortened to ``limit`` characters, for error messages.
+
+    Never raises: a value nested too deeply for ``repr`` (a `RecursionError`), an
+    int past Python's digit limit or a ``__repr__`` that raises is described by
+    a placeholder instead, so the error being reported is the one the caller sees.
+    """
+    try:
+        text = repr(value)
+    except RecursionError:
+        return "<nested too deeply to show>"
+    except Exception as exc:  # noqa: BLE001 - any failure of foreign code is described
+        return f"<repr() raised {type(exc).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."

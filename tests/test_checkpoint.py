@@ -1084,7 +1084,8 @@ def test_specific_mutations_name_the_field(
 @pytest.mark.parametrize(
     ("fields", "path"),
     [
-        ({"step_index": 5}, "step_index"),
+        ({"step_index": 5, "version": 2}, "step_index"),
+        ({"step_index": 5, "run_id": "r"}, "step_index"),
         ({"cost": TokenUsage(-1, 0, 0)}, "cost.input_tokens"),
         ({"created_at": "yesterday"}, "created_at"),
         ({"context_keys": ("a", "a")}, "context_keys"),
