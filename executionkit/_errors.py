@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
     from executionkit._checkpoint import WorkflowCheckpoint
     from executionkit._types import TokenUsage
@@ -211,3 +211,18 @@ def preview(value: object, limit: int = 60) -> str:
     except Exception as exc:  # noqa: BLE001 - any failure of foreign code is described
         return f"<repr() raised {type(exc).__name__}>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """Return ``"; did you mean 'fetch'?"`` for the candidate closest to ``name``, or ``""``.
+
+    For error messages about an unknown name, appended after the name. A
+    candidate equal to ``name`` is never suggested.
+    """
+    # Imported here: only this error path needs difflib, and importing executionkit
+    # must stay fast.
+    from difflib import get_close_matches  # noqa: PLC0415
+
+    others = [candidate for candidate in candidates if candidate != name]
+    matches = get_close_matches(name, others, n=1)
+    return f"; did you mean {matches[0]!r}?" if matches else ""
