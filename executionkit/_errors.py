@@ -175,7 +175,8 @@ class WorkflowFailed(ExecutionKitError):  # noqa: N818 - the name reads as an ev
         names = ", ".join(repr(name) for name in self.errors)
         count = len(self.errors)
         first = next(iter(self.errors.values()))
-        detail = f"{type(first).__name__}: {first}"
+        # A step's exception whose __str__ raises must not replace the failure report.
+        detail = f"{type(first).__name__}: {safe_str(first)}"
         more = "" if count == 1 else f" (and {count - 1} more; see .errors)"
         noun = "step" if count == 1 else "steps"
         super().__init__(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from executionkit import TokenUsage, WorkflowCheckpoint, WorkflowFailed
 from executionkit._errors import did_you_mean, preview, safe_str
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,3 +74,17 @@ def test_preview_never_raises() -> None:
 def test_safe_str_never_raises() -> None:
     assert safe_str(BadStr()) == "<BadStr whose str() raised ValueError>"
     assert safe_str(ValueError("boom")) == "boom"
+
+
+class BadStrError(Exception):
+    def __str__(self) -> str:
+        raise ValueError
+
+
+def test_workflow_failed_survives_an_exception_whose_str_raises() -> None:
+    checkpoint = WorkflowCheckpoint(step_index=1, outputs={"a": 1}, cost=TokenUsage(), seq=1)
+    failed = WorkflowFailed({"s": BadStrError()}, checkpoint)
+    assert str(failed).startswith(
+        "workflow failed: step 's' raised; first error: BadStrError: "
+        "<BadStrError whose str() raised ValueError>. "
+    )
