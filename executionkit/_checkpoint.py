@@ -223,10 +223,12 @@ class WorkflowCheckpoint:
                 missing or unexpected key, a wrong type (``bool`` is not an
                 int), a negative count, or a format version newer than this
                 library reads. The message and ``.path`` name the field. Also
-                raised, naming the field, for anything else reading it raises:
-                nesting too deep for Python (a `RecursionError`), or a
-                ``__hash__``, ``__eq__`` or mapping method of your own objects
-                that fails; the original exception is the ``__cause__``.
+                raised, naming the field, when reading a field fails in any
+                other way: nesting deeper than Python recurses (a
+                `RecursionError`), or a ``__hash__``, ``__eq__`` or mapping
+                method of your own objects that raises; the original exception
+                is the ``__cause__``. Values that are not checked (outputs,
+                metadata and progress values) load however deeply nested.
         """
         return _guard("", lambda: _read_checkpoint(cls, data))
 

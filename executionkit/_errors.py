@@ -36,7 +36,10 @@ class CheckpointFormatError(ExecutionKitError, ValueError):
 
     Raised by `WorkflowCheckpoint.from_dict` (and by the `WorkflowCheckpoint`
     constructor) when a field is missing, has the wrong type or an impossible
-    value, or when the format version is newer than this library reads.
+    value, or when the format version is newer than this library reads. Never
+    anything else: a field that cannot be read at all (nested deeper than
+    Python recurses, or holding an object whose own methods raise) is reported
+    as this error too, with the original exception as ``__cause__``.
 
     Attributes:
         path: The dotted path of the offending field, such as
@@ -56,8 +59,10 @@ class CheckpointValueError(ExecutionKitError, ValueError):
     ``validate_json=True`` (the step then fails with it), and by the stores of
     `executionkit.stores` for a checkpoint they cannot write, when the value
     would not survive a JSON round trip equal: only dicts with str keys, lists,
-    str, int, finite floats, bool and None are allowed. The message names the
-    step and the path inside the value, such as ``['items'][3]['value']``.
+    str, int, finite floats, bool and None are allowed, strings must be valid
+    UTF-8 (no lone surrogates), ints printable in decimal, and the nesting no
+    deeper than Python recurses. The message names the step and the path inside
+    the value, such as ``['items'][3]['value']``.
 
     Attributes:
         path: The path inside the value, ``""`` for the value itself.
