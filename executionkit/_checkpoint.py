@@ -85,7 +85,8 @@ class WorkflowCheckpoint:
         outputs: Read-only mapping (a `types.MappingProxyType`) of step name
             to output, for every completed step.
         cost: Total token usage of the run so far, including restored usage.
-        version: Checkpoint format version; ``0`` marks an ExecutionKit 0.4 dict.
+        version: Checkpoint format version, `FORMAT_VERSION` (2) unless given or
+            inferred; ``0`` marks an ExecutionKit 0.4 checkpoint.
         run_id: Identifier of the run, kept across resumes.
         seq: Increases by one with every checkpoint of a run, across resumes.
         context_keys: Names of the run's ``initial_context`` keys (never values).
