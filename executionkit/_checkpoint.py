@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from executionkit._errors import CheckpointFormatError
+from executionkit._errors import CheckpointFormatError, preview, safe_str
 from executionkit._types import TokenUsage
 
 if TYPE_CHECKING:
@@ -50,6 +50,20 @@ def _empty_proxy() -> MappingProxyType[str, Any]:
     return MappingProxyType({})
 
 
+class _DefaultVersion(int):
+    """The type of the ``version`` a checkpoint gets when the caller passes none.
+
+    Equal to `FORMAT_VERSION` in every way; its distinct type lets `__post_init__`
+    tell a call without ``version`` (an ExecutionKit 0.4 call passes only the
+    first three fields) from an explicit ``version=2``.
+    """
+
+    __slots__ = ()
+
+
+_VERSION_NOT_GIVEN = _DefaultVersion(FORMAT_VERSION)
+
+
 @dataclass(frozen=True)
 class WorkflowCheckpoint:
     """A frozen snapshot of everything a run has recorded so far.
@@ -59,13 +73,20 @@ class WorkflowCheckpoint:
     output it records. `to_dict` and `from_dict` convert to and from plain
     dicts, so any store works: a JSON file, a database row, a list in a test.
 
-    Only the first three fields are required, as in ExecutionKit 0.4.
+    Only the first three fields are required, as in ExecutionKit 0.4. Given
+    only those, with a ``step_index`` other than ``len(outputs)`` (0.4 counted
+    completed steps while its ``outputs`` also held the initial context), the
+    checkpoint is an ExecutionKit 0.4 one: ``version`` 0, written back by
+    `to_dict` in 0.4's three-key shape and resumed as 0.4 would.
 
     Attributes:
-        step_index: Number of completed steps (``len(outputs)``).
-        outputs: Read-only mapping of step name to output, for every completed step.
+        step_index: Number of completed steps (``len(outputs)``, except in a
+            version 0 checkpoint).
+        outputs: Read-only mapping (a `types.MappingProxyType`) of step name
+            to output, for every completed step.
         cost: Total token usage of the run so far, including restored usage.
-        version: Checkpoint format version; ``0`` marks an ExecutionKit 0.4 dict.
+        version: Checkpoint format version, `FORMAT_VERSION` (2) unless given or
+            inferred; ``0`` marks an ExecutionKit 0.4 checkpoint.
         run_id: Identifier of the run, kept across resumes.
         seq: Increases by one with every checkpoint of a run, across resumes.
         context_keys: Names of the run's ``initial_context`` keys (never values).
@@ -94,7 +115,7 @@ class WorkflowCheckpoint:
     step_index: int
     outputs: Mapping[str, Any]
     cost: TokenUsage
-    version: int = FORMAT_VERSION
+    version: int = _VERSION_NOT_GIVEN
     run_id: str | None = None
     seq: int = 0
     context_keys: tuple[str, ...] = ()
@@ -107,14 +128,30 @@ class WorkflowCheckpoint:
 
     def __post_init__(self) -> None:
         """Validate every field (the one place checkpoints are checked) and freeze them."""
-        version = _read_count(self.version, "version")
-        if version > FORMAT_VERSION:
-            raise _newer_version(version)
-        outputs = _read_dict(self.outputs, "outputs")
-        if "" in outputs:
-            msg = "checkpoint field 'outputs' must have non-empty step names as keys, got ''"
-            raise CheckpointFormatError(msg, path="outputs")
+        # _guard turns anything but a CheckpointFormatError raised while a field is read
+        # (a RecursionError, or an exception from a caller's own __hash__, __eq__ or
+        # mapping methods) into a CheckpointFormatError naming the field.
+        given: object = self.version
+        version = _guard("version", lambda: _read_version(given))
+        outputs = _guard("outputs", lambda: _read_outputs(self.outputs))
         step_index = _read_count(self.step_index, "step_index")
+        _guard("cost", lambda: _read_token_usage(self.cost))
+        seq = _read_count(self.seq, "seq")
+        run_id = _guard("run_id", lambda: _read_run_id(self.run_id))
+        created_at = _guard("created_at", lambda: _read_timestamp(self.created_at))
+        errors = _guard("errors", lambda: _read_errors(self.errors))
+        metadata = _guard("metadata", lambda: _read_dict(self.metadata, "metadata"))
+        context_keys = _guard("context_keys", lambda: _read_context_keys(self.context_keys))
+        progress = _guard("progress", lambda: _read_dict(self.progress, "progress"))
+        info = _guard("step_info", lambda: _read_dict(self.step_info, "step_info"))
+        new: object = self.new_outputs
+        if step_index != len(outputs) and given is _VERSION_NOT_GIVEN:
+            # What ExecutionKit 0.4 code builds: only its three fields, and a step_index
+            # that counts completed steps while outputs also hold the initial context.
+            # Such a checkpoint is a 0.4 checkpoint, written and read back as one.
+            only_04 = not (run_id or seq or context_keys or errors or created_at or metadata)
+            if only_04 and not (progress or info) and type(new) is tuple and not new:
+                version = LEGACY_VERSION
         # 0.4 kept the initial context inside `outputs`, so only newer formats must match.
         if version != LEGACY_VERSION and step_index != len(outputs):
             msg = (
@@ -122,30 +159,19 @@ class WorkflowCheckpoint:
                 f"({len(outputs)}), got {_int_text(step_index)}"
             )
             raise CheckpointFormatError(msg, path="step_index")
-        cost: object = self.cost
-        if not isinstance(cost, TokenUsage):
-            _fail("cost", "a TokenUsage", cost)
-        for name in _COST_KEYS:
-            _read_count(getattr(cost, name), f"cost.{name}")
-        _read_count(self.seq, "seq")
-        run_id: object = self.run_id
-        if run_id is not None and (not isinstance(run_id, str) or not run_id):
-            _fail("run_id", "a non-empty str or None", run_id)
-        _read_timestamp(self.created_at)
-        errors = _read_dict(self.errors, "errors")
-        for name, text in errors.items():
-            if not isinstance(text, str):
-                _fail(f"errors.{name}", "a str", text)
+        frozen_progress = _guard("progress", lambda: _read_progress(progress, version, outputs))
+        frozen_info = _guard(
+            "step_info", lambda: _read_step_info(info, version, outputs, frozen_progress)
+        )
+        _guard("new_outputs", lambda: _read_new_outputs(new, outputs))
         freeze = object.__setattr__
+        freeze(self, "version", version)
         freeze(self, "outputs", MappingProxyType(outputs))
         freeze(self, "errors", MappingProxyType(errors))
-        freeze(self, "metadata", MappingProxyType(_read_dict(self.metadata, "metadata")))
-        freeze(self, "context_keys", _read_context_keys(self.context_keys))
-        freeze(self, "progress", _read_progress(self.progress, version, outputs))
-        freeze(self, "step_info", _read_step_info(self.step_info, version, outputs, self.progress))
-        new: object = self.new_outputs
-        if not isinstance(new, tuple) or any(name not in outputs for name in new):
-            _fail("new_outputs", "a tuple of recorded step names", new)
+        freeze(self, "metadata", MappingProxyType(metadata))
+        freeze(self, "context_keys", context_keys)
+        freeze(self, "progress", frozen_progress)
+        freeze(self, "step_info", frozen_info)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the checkpoint as a plain dict.
@@ -197,38 +223,48 @@ class WorkflowCheckpoint:
             CheckpointFormatError: If anything is malformed: not a dict, a
                 missing or unexpected key, a wrong type (``bool`` is not an
                 int), a negative count, or a format version newer than this
-                library reads. The message and ``.path`` name the field.
+                library reads. The message and ``.path`` name the field. Also
+                raised, naming the field, when reading a field fails in any
+                other way: nesting deeper than Python recurses (a
+                `RecursionError`), or a ``__hash__``, ``__eq__`` or mapping
+                method of your own objects that raises; the original exception
+                is the ``__cause__``. Values that are not checked (outputs,
+                metadata and progress values) load however deeply nested.
         """
-        if not isinstance(data, Mapping):
-            msg = f"checkpoint data must be a dict, got {_describe(data)}"
+        return _guard("", lambda: _read_checkpoint(cls, data))
+
+
+def _read_checkpoint(cls: type[WorkflowCheckpoint], data: object) -> WorkflowCheckpoint:
+    if not isinstance(data, Mapping):
+        msg = f"checkpoint data must be a dict, got {_describe(data)}"
+        raise CheckpointFormatError(msg)
+    key: object
+    for key in data:
+        if not isinstance(key, str):
+            msg = f"checkpoint keys must be str, got {_describe(key)}"
             raise CheckpointFormatError(msg)
-        key: object
-        for key in data:
-            if not isinstance(key, str):
-                msg = f"checkpoint keys must be str, got {_describe(key)}"
-                raise CheckpointFormatError(msg)
-        if "version" not in data:
-            return _read_legacy(data)
-        version = data["version"]
-        if type(version) is not int or version < 1:
-            _fail("version", "a positive int", version)
-        if version > FORMAT_VERSION:
-            raise _newer_version(version)
-        _check_keys(data, _KEYS_BY_VERSION[version], where="")
-        return cls(
-            step_index=data["step_index"],
-            outputs=data["outputs"],
-            cost=_read_cost(data["cost"]),
-            version=version,
-            run_id=data["run_id"],
-            seq=data["seq"],
-            context_keys=data["context_keys"],
-            errors=data["errors"],
-            created_at=data["created_at"],
-            metadata=data["metadata"],
-            progress=data.get("progress", {}),
-            step_info=data.get("step_info", {}),
-        )
+    if "version" not in data:
+        return _read_legacy(data)
+    version = data["version"]
+    if type(version) is not int or version < 1:
+        _fail("version", "a positive int", version)
+    if version > FORMAT_VERSION:
+        raise _newer_version(version)
+    _check_keys(data, _KEYS_BY_VERSION[version], where="")
+    return cls(
+        step_index=data["step_index"],
+        outputs=data["outputs"],
+        cost=_guard("cost", lambda: _read_cost(data["cost"])),
+        version=version,
+        run_id=data["run_id"],
+        seq=data["seq"],
+        context_keys=data["context_keys"],
+        errors=data["errors"],
+        created_at=data["created_at"],
+        metadata=data["metadata"],
+        progress=data.get("progress", {}),
+        step_info=data.get("step_info", {}),
+    )
 
 
 def _read_legacy(data: Mapping[str, Any]) -> WorkflowCheckpoint:
@@ -237,19 +273,41 @@ def _read_legacy(data: Mapping[str, Any]) -> WorkflowCheckpoint:
         msg = (
             f"checkpoint is missing key 'version' (a dict without it is read as an "
             f"ExecutionKit 0.4 checkpoint, which has only 'step_index', 'outputs' and "
-            f"'cost', but this one also has {', '.join(map(repr, extra))})"
+            f"'cost', but this one also has {', '.join(map(preview, extra))})"
         )
         raise CheckpointFormatError(msg, path="version")
     _check_keys(data, _LEGACY_KEYS, where="")
     return WorkflowCheckpoint(
         step_index=data["step_index"],
         outputs=data["outputs"],
-        cost=_read_cost(data["cost"]),
+        cost=_guard("cost", lambda: _read_cost(data["cost"])),
         version=LEGACY_VERSION,
     )
 
 
-_PREVIEW_CHARS = 60
+_T = TypeVar("_T")
+
+
+def _guard(path: str, read: Callable[[], _T]) -> _T:
+    """Return ``read()``; report anything it raises as a `CheckpointFormatError` at ``path``.
+
+    Validation runs code of the caller's objects (``__hash__``, ``__eq__``, a
+    mapping's ``items``) and may meet nesting deeper than Python recurses; the
+    documented promise is that nothing but `CheckpointFormatError` comes out.
+    """
+    try:
+        return read()
+    except (CheckpointFormatError, MemoryError):
+        raise
+    except Exception as exc:
+        what = f"checkpoint field {path!r}" if path else "checkpoint data"
+        if isinstance(exc, RecursionError):
+            msg = f"{what} is nested too deeply to read (RecursionError)"
+        else:
+            detail = safe_str(exc)
+            reason = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+            msg = f"{what} could not be read: reading it raised {reason}"
+        raise CheckpointFormatError(msg, path=path) from exc
 
 
 def _int_text(value: int) -> str:
@@ -262,10 +320,7 @@ def _int_text(value: int) -> str:
 def _describe(value: object) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         return f"int {_int_text(value)}"
-    text = repr(value)
-    if len(text) > _PREVIEW_CHARS:
-        text = text[: _PREVIEW_CHARS - 3] + "..."
-    return f"{type(value).__name__} {text}"
+    return f"{type(value).__name__} {preview(value)}"
 
 
 def _newer_version(version: int) -> CheckpointFormatError:
@@ -298,6 +353,52 @@ def _read_count(value: object, path: str) -> int:
     if type(value) is not int or value < 0:
         _fail(path, "a non-negative int", value)
     return value
+
+
+def _read_version(value: object) -> int:
+    if value is _VERSION_NOT_GIVEN:
+        return FORMAT_VERSION
+    version = _read_count(value, "version")
+    if version > FORMAT_VERSION:
+        raise _newer_version(version)
+    return version
+
+
+def _read_outputs(value: object) -> dict[str, Any]:
+    outputs = _read_dict(value, "outputs")
+    if "" in outputs:
+        msg = "checkpoint field 'outputs' must have non-empty step names as keys, got ''"
+        raise CheckpointFormatError(msg, path="outputs")
+    return outputs
+
+
+def _read_token_usage(value: object) -> None:
+    if not isinstance(value, TokenUsage):
+        _fail("cost", "a TokenUsage", value)
+    for name in _COST_KEYS:
+        _read_count(getattr(value, name), f"cost.{name}")
+
+
+def _read_run_id(value: object) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value):
+        _fail("run_id", "a non-empty str or None", value)
+    return value
+
+
+def _read_errors(value: object) -> dict[str, str]:
+    errors = _read_dict(value, "errors")
+    for name, text in errors.items():
+        if not isinstance(text, str):
+            _fail(f"errors.{name}", "a str", text)
+    return errors
+
+
+def _read_new_outputs(value: object, outputs: Mapping[str, Any]) -> None:
+    # isinstance first: an unhashable item cannot be looked up in outputs.
+    if not isinstance(value, tuple) or not all(
+        isinstance(name, str) and name in outputs for name in value
+    ):
+        _fail("new_outputs", "a tuple of recorded step names", value)
 
 
 def _read_dict(value: object, path: str) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from executionkit._errors import ContextKeyError
+from executionkit._errors import ContextKeyError, did_you_mean
 
 if TYPE_CHECKING:
     from executionkit._graph import Graph
@@ -106,9 +106,15 @@ class ContextView(Mapping[str, Any]):
             return ContextKeyError(msg, step=step, key=key)
         initial = _preview(list(self._initial))
         deps = _preview([self._graph.names[p] for p in sorted(self._ancestor_set())])
+        hint = ""
+        if isinstance(key, str):
+            # Any step may be meant: reading it then says to add it to depends_on.
+            hint = did_you_mean(
+                key, [*self._initial, *(n for n in self._graph.names if n != step)]
+            )
         msg = (
             f"step {step!r} has no {key!r} in ctx; ctx holds the initial context keys "
-            f"{initial} and the outputs of the steps it depends on {deps}"
+            f"{initial} and the outputs of the steps it depends on {deps}{hint}"
         )
         return ContextKeyError(msg, step=step, key=key)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
     from executionkit._checkpoint import WorkflowCheckpoint
     from executionkit._types import TokenUsage
@@ -36,7 +36,10 @@ class CheckpointFormatError(ExecutionKitError, ValueError):
 
     Raised by `WorkflowCheckpoint.from_dict` (and by the `WorkflowCheckpoint`
     constructor) when a field is missing, has the wrong type or an impossible
-    value, or when the format version is newer than this library reads.
+    value, or when the format version is newer than this library reads. Never
+    anything else: a field that cannot be read at all (nested deeper than
+    Python recurses, or holding an object whose own methods raise) is reported
+    as this error too, with the original exception as ``__cause__``.
 
     Attributes:
         path: The dotted path of the offending field, such as
@@ -56,8 +59,10 @@ class CheckpointValueError(ExecutionKitError, ValueError):
     ``validate_json=True`` (the step then fails with it), and by the stores of
     `executionkit.stores` for a checkpoint they cannot write, when the value
     would not survive a JSON round trip equal: only dicts with str keys, lists,
-    str, int, finite floats, bool and None are allowed. The message names the
-    step and the path inside the value, such as ``['items'][3]['value']``.
+    str, int, finite floats, bool and None are allowed, strings must be valid
+    UTF-8 (no lone surrogates), ints printable in decimal, and the nesting no
+    deeper than Python recurses. The message names the step and the path inside
+    the value, such as ``['items'][3]['value']``.
 
     Attributes:
         path: The path inside the value, ``""`` for the value itself.
@@ -175,7 +180,8 @@ class WorkflowFailed(ExecutionKitError):  # noqa: N818 - the name reads as an ev
         names = ", ".join(repr(name) for name in self.errors)
         count = len(self.errors)
         first = next(iter(self.errors.values()))
-        detail = f"{type(first).__name__}: {first}"
+        # A step's exception whose __str__ raises must not replace the failure report.
+        detail = f"{type(first).__name__}: {safe_str(first)}"
         more = "" if count == 1 else f" (and {count - 1} more; see .errors)"
         noun = "step" if count == 1 else "steps"
         super().__init__(
@@ -183,3 +189,46 @@ class WorkflowFailed(ExecutionKitError):  # noqa: N818 - the name reads as an ev
             f".checkpoint (seq={checkpoint.seq}) records the {checkpoint.step_index} "
             f"completed step(s); resume from it to run only what is left"
         )
+
+
+def safe_str(value: object) -> str:
+    """``str(value)``, or a description of the failure when ``__str__`` itself raises.
+
+    Error messages quote values from outside the library; a broken ``__str__``
+    must not replace the error being reported with its own.
+    """
+    try:
+        return str(value)
+    except Exception as exc:  # noqa: BLE001 - any failure of foreign code is described
+        return f"<{type(value).__name__} whose str() raised {type(exc).__name__}>"
+
+
+def preview(value: object, limit: int = 60) -> str:
+    """``repr(value)``, shortened to ``limit`` characters, for error messages.
+
+    Never raises: a value nested too deeply for ``repr`` (a `RecursionError`), an
+    int past Python's digit limit or a ``__repr__`` that raises is described by
+    a placeholder instead, so the error being reported is the one the caller sees.
+    """
+    try:
+        text = repr(value)
+    except RecursionError:
+        return "<nested too deeply to show>"
+    except Exception as exc:  # noqa: BLE001 - any failure of foreign code is described
+        return f"<repr() raised {type(exc).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """Return ``"; did you mean 'fetch'?"`` for the candidate closest to ``name``, or ``""``.
+
+    For error messages about an unknown name, appended after the name. A
+    candidate equal to ``name`` is never suggested.
+    """
+    # Imported here: only this error path needs difflib, and importing executionkit
+    # must stay fast.
+    from difflib import get_close_matches  # noqa: PLC0415
+
+    others = [candidate for candidate in candidates if candidate != name]
+    matches = get_close_matches(name, others, n=1)
+    return f"; did you mean {matches[0]!r}?" if matches else ""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from executionkit._errors import WorkflowDefinitionError
+from executionkit._errors import WorkflowDefinitionError, did_you_mean
 from executionkit._step import Step, is_async_callable
 
 if TYPE_CHECKING:
@@ -78,6 +78,7 @@ class Graph:
     def _resolve_dependencies(self) -> tuple[tuple[int, ...], ...]:
         unknown = [
             f"step {step.name!r} depends on unknown step {dep!r}"
+            f"{did_you_mean(dep, (n for n in self.names if n != step.name))}"
             for step in self.steps
             for dep in step.depends_on
             if dep not in self.index

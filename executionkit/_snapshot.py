@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from itertools import islice
+from types import MappingProxyType
 from typing import Any
 
 
@@ -39,13 +40,19 @@ class OutputLog:
         """The names recorded from position ``start`` up to (not including) ``stop``."""
         return tuple(self.names[start:stop])
 
-    def outputs(self, length: int) -> PrefixView:
-        """The first ``length`` outputs, as a read-only mapping."""
-        return PrefixView(self, length, None)
+    def outputs(self, length: int) -> MappingProxyType[str, Any]:
+        """The first ``length`` outputs, as a read-only mapping.
 
-    def info(self, length: int, step_info: Mapping[str, Mapping[str, Any]]) -> PrefixView:
-        """``step_info`` of the first ``length`` outputs, as a read-only mapping."""
-        return PrefixView(self, length, step_info)
+        A `types.MappingProxyType`, as every checkpoint's ``outputs`` is (and as
+        ExecutionKit 0.4 promised), over a `PrefixView`: O(1) however long the log.
+        """
+        return MappingProxyType(PrefixView(self, length, None))
+
+    def info(
+        self, length: int, step_info: Mapping[str, Mapping[str, Any]]
+    ) -> MappingProxyType[str, Mapping[str, Any]]:
+        """``step_info`` of the first ``length`` outputs, as a read-only mapping (a proxy)."""
+        return MappingProxyType(PrefixView(self, length, step_info))
 
 
 class PrefixView(Mapping[str, Any]):
@@ -86,6 +93,26 @@ class PrefixView(Mapping[str, Any]):
     def __len__(self) -> int:
         """Return the number of entries in this prefix."""
         return self._length
+
+    def __reversed__(self) -> Iterator[str]:
+        """Yield the names in reverse recording order (``reversed`` of a proxy asks for it)."""
+        return reversed(self._log.names[: self._length])
+
+    def copy(self) -> dict[str, Any]:
+        """Return the entries as a new dict (``copy()`` of a proxy asks for it)."""
+        return dict(self.items())
+
+    def __or__(self, other: object) -> dict[str, Any]:
+        """Return a new dict of these entries updated with ``other``, as a dict's ``|`` does."""
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return {**self, **other}
+
+    def __ror__(self, other: object) -> dict[str, Any]:
+        """Return a new dict of ``other`` updated with these entries."""
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return {**other, **self}
 
     def __repr__(self) -> str:
         """Show the entries, like a dict."""

@@ -1084,7 +1084,8 @@ def test_specific_mutations_name_the_field(
 @pytest.mark.parametrize(
     ("fields", "path"),
     [
-        ({"step_index": 5}, "step_index"),
+        ({"step_index": 5, "version": 2}, "step_index"),
+        ({"step_index": 5, "run_id": "r"}, "step_index"),
         ({"cost": TokenUsage(-1, 0, 0)}, "cost.input_tokens"),
         ({"created_at": "yesterday"}, "created_at"),
         ({"context_keys": ("a", "a")}, "context_keys"),
@@ -1112,3 +1113,35 @@ def test_empty_run_id_is_rejected_like_run_does() -> None:
     assert str(caught.value) == (
         "checkpoint field 'run_id' must be a non-empty str or None, got str ''"
     )
+
+
+@pytest.mark.parametrize(
+    ("fields", "message", "path"),
+    [
+        (
+            {"version": 1, "progress": {"c": 1}},
+            "checkpoint field 'progress' needs format version 2, got version 1",
+            "progress",
+        ),
+        (
+            {"version": 0, "step_info": {"a": {"version": None, "depends_on": ()}}},
+            "checkpoint field 'step_info' needs format version 2, got version 0",
+            "step_info",
+        ),
+        (
+            {"progress": {"a": {"page": 2}}},
+            (
+                "checkpoint field 'progress' names completed steps ['a']; progress is dropped "
+                "when a step completes"
+            ),
+            "progress",
+        ),
+    ],
+)
+def test_progress_and_step_info_fit_the_version_and_the_outputs(
+    fields: dict[str, Any], message: str, path: str
+) -> None:
+    with pytest.raises(CheckpointFormatError) as caught:
+        _make(step_index=1, outputs={"a": 1}, **fields)
+    assert str(caught.value) == message
+    assert caught.value.path == path

@@ -201,6 +201,38 @@ def test_reading_an_unknown_key() -> None:
     assert isinstance(error, KeyError)
 
 
+@pytest.mark.parametrize(
+    ("key", "reader", "suggestion"),
+    [
+        ("modle", "d", "model"),
+        ("api-key", "a", "api_key"),
+        ("bb", "d", "b"),
+        ("ee", "d", "e"),
+    ],
+    ids=["initial-key", "initial-key-punctuation", "ancestor", "not-an-ancestor"],
+)
+def test_reading_a_misspelt_key_suggests_the_closest_name(
+    key: str, reader: str, suggestion: str
+) -> None:
+    """Initial-context keys and step names are suggested; reading a step names depends_on."""
+    error = _failed_read(key, reader=reader)
+    assert str(error).endswith(f"; did you mean {suggestion!r}?")
+    deps = "['a', 'b']" if reader == "d" else "[]"
+    assert str(error) == (
+        f"step {reader!r} has no {key!r} in ctx; ctx holds the initial context keys "
+        f"['model', 'api_key'] and the outputs of the steps it depends on {deps}; "
+        f"did you mean {suggestion!r}?"
+    )
+
+
+def test_a_step_reading_its_own_misspelt_name_is_not_pointed_at_itself() -> None:
+    error = _failed_read("dd", reader="d")
+    assert str(error) == (
+        "step 'd' has no 'dd' in ctx; ctx holds the initial context keys "
+        "['model', 'api_key'] and the outputs of the steps it depends on ['a', 'b']"
+    )
+
+
 def test_reading_a_non_str_key() -> None:
     error = _failed_read(5, reader="a")
     assert str(error) == (
@@ -292,7 +324,7 @@ def test_unknown_key_message_lists_transitive_ancestors_in_declaration_order() -
         ctx["w2"]
     assert str(info.value) == (
         "step 'x' has no 'w2' in ctx; ctx holds the initial context keys [] and the "
-        "outputs of the steps it depends on ['z', 'y']"
+        "outputs of the steps it depends on ['z', 'y']; did you mean 'w'?"
     )
 
 

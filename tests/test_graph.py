@@ -169,6 +169,29 @@ WORKFLOW_ERRORS: list[tuple[str, Callable[[], object], str]] = [
         ),
     ),
     (
+        "misspelt dependency",
+        lambda: [_step("fetch"), _step("summarize", "fetc")],
+        "step 'summarize' depends on unknown step 'fetc'; did you mean 'fetch'?",
+    ),
+    (
+        "misspelt dependencies, each with its suggestion",
+        lambda: [
+            _step("fetch_page"),
+            _step("summarize", "fetch_pages"),
+            _step("report", "sumarize", "nothing-like-it"),
+        ],
+        (
+            "step 'summarize' depends on unknown step 'fetch_pages'; did you mean "
+            "'fetch_page'?; step 'report' depends on unknown step 'sumarize'; did you mean "
+            "'summarize'?; step 'report' depends on unknown step 'nothing-like-it'"
+        ),
+    ),
+    (
+        "a step is never suggested as its own dependency",
+        lambda: [_step("fetch1", "fetch2")],
+        "step 'fetch1' depends on unknown step 'fetch2'",
+    ),
+    (
         "non-Step item",
         lambda: [_step("a"), "b"],
         "Workflow step #1 (0-based) must be a Step, got str 'b'",

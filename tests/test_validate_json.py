@@ -90,7 +90,8 @@ def assert_json_safe(checkpoints: list[WorkflowCheckpoint]) -> None:
     assert checkpoints
     for checkpoint in checkpoints:
         data = checkpoint.to_dict()
-        text = json.dumps(data, allow_nan=False)
+        # As the stores write it: UTF-8, no escapes (a lone surrogate would not encode).
+        text = json.dumps(data, allow_nan=False, ensure_ascii=False).encode()
         assert WorkflowCheckpoint.from_dict(json.loads(text)).to_dict() == data
 
 
@@ -170,6 +171,21 @@ def _indirect_cycle() -> tuple[Any, Any]:
     return [outer], outer
 
 
+def _lone_surrogate() -> tuple[Any, Any]:
+    text = "caf\udce9"  # what os.fsdecode makes of the Latin-1 byte 0xe9
+    return {"items": [{"title": "ok"}, {"title": text}]}, text
+
+
+def _lone_surrogate_key() -> tuple[Any, Any]:
+    key = "\ud800x"
+    return {"counts": {"a": 1, key: 2}}, key
+
+
+def _huge_int() -> tuple[Any, Any]:
+    number = 10**5000
+    return {"total": number}, number
+
+
 VIOLATIONS = [
     pytest.param(_nan, "", "float('nan') is not valid JSON", id="nan"),
     pytest.param(_inf, "['x']", "float('inf') is not valid JSON", id="inf"),
@@ -195,6 +211,27 @@ VIOLATIONS = [
     pytest.param(_bytes, "['raw']", "b'ab' (bytes) is not plain data", id="bytes"),
     pytest.param(_int_key, "['counts']", "key 1 is not a str", id="int-key"),
     pytest.param(_none_key, "", "key None is not a str", id="none-key"),
+    # The stores write UTF-8, which has no encoding for a lone surrogate.
+    pytest.param(
+        _lone_surrogate,
+        "['items'][1]['title']",
+        "str 'caf\\udce9' has a lone surrogate '\\udce9' at index 3, which UTF-8 cannot encode",
+        id="lone-surrogate",
+    ),
+    pytest.param(
+        _lone_surrogate_key,
+        "['counts']",
+        "key '\\ud800x' has a lone surrogate '\\ud800' at index 0, which UTF-8 cannot encode",
+        id="lone-surrogate-key",
+    ),
+    # json.dumps cannot print an int past Python's digit limit.
+    pytest.param(
+        _huge_int,
+        "['total']",
+        "an int of 16,610 bits has more digits than Python prints "
+        "(sys.get_int_max_str_digits()), so it is not valid JSON",
+        id="huge-int",
+    ),
     pytest.param(
         _cyclic_list,
         "['items'][1]",
@@ -249,6 +286,51 @@ async def test_violation_fails_the_step_and_keeps_what_completed(
     assert checkpoint.cost == FETCH + SCORE + SIBLING
     assert [list(cp.outputs) for cp in saved] == [["fetch"], ["fetch", "sibling"]]
     assert_json_safe(saved)
+
+
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+async def test_an_output_nested_deeper_than_python_recurses_fails_its_step() -> None:
+    """Never a RecursionError: the error names the step and where the nesting got too deep."""
+    deep = _nested(100_000)
+    calls: Counter[str] = Counter()
+    saved: list[WorkflowCheckpoint] = []
+    with pytest.raises(WorkflowFailed) as caught:
+        await scoring_workflow({"tree": deep}, calls).run(
+            checkpoint_fn=saved.append, validate_json=True
+        )
+    error = caught.value.errors["score"]
+    assert type(error) is CheckpointValueError
+    # How deep Python gets depends on the stack the check starts from.
+    levels = error.path.count("[0]")
+    assert error.path == "['tree']" + "[0]" * levels
+    assert 100 < levels < 100_000
+    problem = "nested too deeply to check or to store as JSON (RecursionError)"
+    assert str(error) == (
+        f"output of step 'score' at ['tree']{'[0]' * 7}... ({levels + 1:,} levels down): "
+        f"{problem}; {HINT}"
+    )
+    found: Any = deep
+    for _ in range(levels):
+        found = found[0]
+    assert error.value is found
+    assert dict(caught.value.checkpoint.outputs) == {"fetch": "doc", "sibling": "sib"}
+    assert_json_safe(saved)
+
+
+async def test_deep_but_ordinary_nesting_passes() -> None:
+    value = {"tree": _nested(200)}
+    calls: Counter[str] = Counter()
+    saved: list[WorkflowCheckpoint] = []
+    await scoring_workflow(value, calls).run(checkpoint_fn=saved.append, validate_json=True)
+    recorded = saved[-1].outputs["score"]
+    assert recorded == value
+    assert recorded is not value  # the checked copy
 
 
 async def test_resume_after_a_violation_runs_only_the_failed_step_and_its_dependents() -> None:
