@@ -106,9 +106,10 @@ class BudgetExceeded(ExecutionKitError):  # noqa: N818 - reads as an event, like
             if limit and used >= limit
         )
         super().__init__(
-            f"budget reached: {reached}; no new step was started. .checkpoint "
-            f"(seq={checkpoint.seq}) records the {checkpoint.step_index} completed step(s); "
-            f"resume from it with a larger budget to continue"
+            f"budget reached: {reached}; no new step was started. The checkpoint "
+            f"(.checkpoint, seq={checkpoint.seq}) records "
+            f"{_completed_steps(checkpoint.step_index)}; resume from it with a larger budget "
+            f"to continue"
         )
 
 
@@ -179,16 +180,37 @@ class WorkflowFailed(ExecutionKitError):  # noqa: N818 - the name reads as an ev
         self.checkpoint = checkpoint
         names = ", ".join(repr(name) for name in self.errors)
         count = len(self.errors)
-        first = next(iter(self.errors.values()))
-        # A step's exception whose __str__ raises must not replace the failure report.
-        detail = f"{type(first).__name__}: {safe_str(first)}"
-        more = "" if count == 1 else f" (and {count - 1} more; see .errors)"
-        noun = "step" if count == 1 else "steps"
+        first_name, first = next(iter(self.errors.items()))
+        if count == 1:
+            failed = f"step {first_name!r} raised {_exception_text(first)}"
+        else:
+            failed = (
+                f"{count} steps raised ({names}; see .errors); the first, {first_name!r}, "
+                f"raised {_exception_text(first)}"
+            )
         super().__init__(
-            f"workflow failed: {noun} {names} raised; first error: {detail}{more}. "
-            f".checkpoint (seq={checkpoint.seq}) records the {checkpoint.step_index} "
-            f"completed step(s); resume from it to run only what is left"
+            f"workflow failed: {_sentence(failed)} The checkpoint (.checkpoint, "
+            f"seq={checkpoint.seq}) records {_completed_steps(checkpoint.step_index)}; "
+            f"resume from it to run only what is left"
         )
+
+
+def _exception_text(error: BaseException) -> str:
+    """Return ``"Type: message"``, or the type alone when the message is empty."""
+    message = safe_str(error)
+    name = type(error).__name__
+    return f"{name}: {message}" if message else name
+
+
+def _sentence(text: str) -> str:
+    # The text ends in an exception's own message, which may end its sentence already.
+    return text if text.endswith((".", "!", "?")) else f"{text}."
+
+
+def _completed_steps(count: int) -> str:
+    if count == 0:
+        return "no completed step"
+    return "1 completed step" if count == 1 else f"{count} completed steps"
 
 
 def safe_str(value: object) -> str:

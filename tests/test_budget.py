@@ -100,11 +100,17 @@ async def run_over_budget(workflow: Workflow, **kwargs: Any) -> BudgetExceeded:
     return caught.value
 
 
+def _steps(count: int) -> str:
+    if count == 0:
+        return "no completed step"
+    return "1 completed step" if count == 1 else f"{count} completed steps"
+
+
 def message(reached: str, seq: int, step_index: int) -> str:
     return (
-        f"budget reached: {reached}; no new step was started. .checkpoint (seq={seq}) "
-        f"records the {step_index} completed step(s); resume from it with a larger budget "
-        f"to continue"
+        f"budget reached: {reached}; no new step was started. The checkpoint "
+        f"(.checkpoint, seq={seq}) records {_steps(step_index)}; resume from it with a "
+        f"larger budget to continue"
     )
 
 

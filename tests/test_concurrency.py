@@ -415,9 +415,9 @@ async def test_the_budget_stops_starting_queued_steps_of_the_same_batch(
     assert error.usage == TokenUsage(6, 8, 2)
     assert pool.checkpoints[-1] == error.checkpoint
     assert str(error) == (
-        f"budget reached: llm_calls 2 of 1; no new step was started. .checkpoint "
-        f"(seq={error.checkpoint.seq}) records the 2 completed step(s); resume from it "
-        f"with a larger budget to continue"
+        f"budget reached: llm_calls 2 of 1; no new step was started. The checkpoint "
+        f"(.checkpoint, seq={error.checkpoint.seq}) records 2 completed steps; resume "
+        f"from it with a larger budget to continue"
     )
     resumed = await finish(
         flow.run(

@@ -255,8 +255,8 @@ def test_failed_read_is_reported_by_workflow_failed_and_its_checkpoint() -> None
         "add 'c' to depends_on of step 'd'"
     )
     assert str(info.value) == (
-        f"workflow failed: step 'd' raised; first error: ContextKeyError: {detail}. "
-        ".checkpoint (seq=3) records the 3 completed step(s); resume from it to run only "
+        f"workflow failed: step 'd' raised ContextKeyError: {detail}. The checkpoint "
+        "(.checkpoint, seq=3) records 3 completed steps; resume from it to run only "
         "what is left"
     )
     assert info.value.checkpoint is checkpoints[-1]

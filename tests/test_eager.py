@@ -459,8 +459,8 @@ async def test_eager_finish_lets_running_steps_finish_and_starts_nothing_new() -
     assert lab.checkpoints[-1] == error.checkpoint
     assert set(lab.runs) == {"quick", "after_quick", "f", "slow"}  # after_slow never started
     assert str(error) == (
-        f"workflow failed: step 'f' raised; first error: ValueError: f broke. "
-        f".checkpoint (seq={error.checkpoint.seq}) records the 3 completed step(s); "
+        f"workflow failed: step 'f' raised ValueError: f broke. The checkpoint "
+        f"(.checkpoint, seq={error.checkpoint.seq}) records 3 completed steps; "
         f"resume from it to run only what is left"
     )
 
@@ -672,9 +672,9 @@ async def test_eager_budget_stops_new_starts_and_raises_after_running_steps_fini
     assert error.usage == TokenUsage(11, 21, 2)
     assert error.checkpoint == lab.checkpoints[-1]
     assert str(error) == (
-        "budget reached: llm_calls 2 of 1; no new step was started. .checkpoint "
-        "(seq=2) records the 2 completed step(s); resume from it with a larger budget "
-        "to continue"
+        "budget reached: llm_calls 2 of 1; no new step was started. The checkpoint "
+        "(.checkpoint, seq=2) records 2 completed steps; resume from it with a larger "
+        "budget to continue"
     )
     resumed = await finish(
         flow.run(

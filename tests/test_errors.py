@@ -1,4 +1,4 @@
-"""Helpers for error messages: suggestions for unknown names, safe descriptions of values."""
+"""Error messages: suggestions for unknown names, safe descriptions, WorkflowFailed's text."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from executionkit import TokenUsage, WorkflowCheckpoint, WorkflowFailed
+from executionkit import BudgetExceeded, TokenUsage, WorkflowCheckpoint, WorkflowFailed
 from executionkit._errors import did_you_mean, preview, safe_str
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,15 +76,136 @@ def test_safe_str_never_raises() -> None:
     assert safe_str(ValueError("boom")) == "boom"
 
 
+# --- WorkflowFailed ----------------------------------------------------------------------
+
+TAIL = "resume from it to run only what is left"
+
+
+def _checkpoint(steps: int, seq: int = 4) -> WorkflowCheckpoint:
+    outputs = {f"s{i}": i for i in range(steps)}
+    return WorkflowCheckpoint(step_index=steps, outputs=outputs, cost=TokenUsage(), seq=seq)
+
+
+@pytest.mark.parametrize(
+    ("errors", "steps", "message"),
+    [
+        (
+            {"fetch": ValueError("context window is 8192")},
+            0,
+            (
+                "workflow failed: step 'fetch' raised ValueError: context window is 8192. "
+                f"The checkpoint (.checkpoint, seq=4) records no completed step; {TAIL}"
+            ),
+        ),
+        (
+            {"fetch": ValueError("context window is 8192")},
+            1,
+            (
+                "workflow failed: step 'fetch' raised ValueError: context window is 8192. "
+                f"The checkpoint (.checkpoint, seq=4) records 1 completed step; {TAIL}"
+            ),
+        ),
+        (
+            {"fetch": TimeoutError("no reply in 30 s")},
+            12,
+            (
+                "workflow failed: step 'fetch' raised TimeoutError: no reply in 30 s. "
+                f"The checkpoint (.checkpoint, seq=4) records 12 completed steps; {TAIL}"
+            ),
+        ),
+        (
+            {"fetch": RuntimeError("The model refused.")},
+            2,
+            (
+                "workflow failed: step 'fetch' raised RuntimeError: The model refused. "
+                f"The checkpoint (.checkpoint, seq=4) records 2 completed steps; {TAIL}"
+            ),
+        ),
+        (
+            {"fetch": RuntimeError("why?")},
+            2,
+            (
+                "workflow failed: step 'fetch' raised RuntimeError: why? "
+                f"The checkpoint (.checkpoint, seq=4) records 2 completed steps; {TAIL}"
+            ),
+        ),
+        (
+            {"fetch": KeyError("doc")},
+            2,
+            (
+                "workflow failed: step 'fetch' raised KeyError: 'doc'. "
+                f"The checkpoint (.checkpoint, seq=4) records 2 completed steps; {TAIL}"
+            ),
+        ),
+        (
+            {"fetch": ValueError()},
+            2,
+            (
+                "workflow failed: step 'fetch' raised ValueError. "
+                f"The checkpoint (.checkpoint, seq=4) records 2 completed steps; {TAIL}"
+            ),
+        ),
+        (
+            {"a": RuntimeError("a broke"), "b": ValueError("b broke")},
+            1,
+            (
+                "workflow failed: 2 steps raised ('a', 'b'; see .errors); the first, 'a', raised "
+                "RuntimeError: a broke. "
+                f"The checkpoint (.checkpoint, seq=4) records 1 completed step; {TAIL}"
+            ),
+        ),
+        (
+            {"z": OSError(), "y": RuntimeError("y"), "x": RuntimeError("x")},
+            0,
+            (
+                "workflow failed: 3 steps raised ('z', 'y', 'x'; see .errors); the first, 'z', "
+                "raised OSError. "
+                f"The checkpoint (.checkpoint, seq=4) records no completed step; {TAIL}"
+            ),
+        ),
+    ],
+    ids=[
+        "none-recorded",
+        "one-recorded",
+        "several-recorded",
+        "message-ends-a-sentence",
+        "message-asks",
+        "key-error",
+        "empty-message",
+        "two-failed",
+        "three-failed",
+    ],
+)
+def test_workflow_failed_message(
+    errors: dict[str, BaseException], steps: int, message: str
+) -> None:
+    failed = WorkflowFailed(errors, _checkpoint(steps))
+    assert str(failed) == message
+    assert failed.errors == errors
+
+
 class BadStrError(Exception):
     def __str__(self) -> str:
         raise ValueError
 
 
 def test_workflow_failed_survives_an_exception_whose_str_raises() -> None:
-    checkpoint = WorkflowCheckpoint(step_index=1, outputs={"a": 1}, cost=TokenUsage(), seq=1)
-    failed = WorkflowFailed({"s": BadStrError()}, checkpoint)
-    assert str(failed).startswith(
-        "workflow failed: step 's' raised; first error: BadStrError: "
-        "<BadStrError whose str() raised ValueError>. "
+    failed = WorkflowFailed({"s": BadStrError()}, _checkpoint(1, seq=1))
+    assert str(failed) == (
+        "workflow failed: step 's' raised BadStrError: <BadStrError whose str() raised "
+        f"ValueError>. The checkpoint (.checkpoint, seq=1) records 1 completed step; {TAIL}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("steps", "recorded"),
+    [(0, "no completed step"), (1, "1 completed step"), (2, "2 completed steps")],
+)
+def test_budget_exceeded_message(steps: int, recorded: str) -> None:
+    budget = TokenUsage(llm_calls=3)
+    error = BudgetExceeded(_checkpoint(steps, seq=2), TokenUsage(10, 5, 3), budget)
+    assert str(error) == (
+        "budget reached: llm_calls 3 of 3; no new step was started. The checkpoint "
+        f"(.checkpoint, seq=2) records {recorded}; resume from it with a larger budget "
+        "to continue"
     )

@@ -289,9 +289,9 @@ async def test_continue_runs_every_independent_step_and_keeps_naming_failures() 
     assert failure.__cause__ is raised["a1"]
     assert failure.checkpoint == checkpoints[-1]
     assert str(failure) == (
-        "workflow failed: steps 'a1', 'c2' raised; first error: RuntimeError: a1 broke "
-        "(and 1 more; see .errors). .checkpoint (seq=4) records the 5 completed step(s); "
-        "resume from it to run only what is left"
+        "workflow failed: 2 steps raised ('a1', 'c2'; see .errors); the first, 'a1', "
+        "raised RuntimeError: a1 broke. The checkpoint (.checkpoint, seq=4) records 5 "
+        "completed steps; resume from it to run only what is left"
     )
 
     broken.clear()
@@ -315,8 +315,8 @@ async def test_workflow_failed_carries_the_original_exception_and_last_checkpoin
     assert failure.__cause__ is batch.error
     assert failure.checkpoint == batch.checkpoints[-1]
     assert str(failure) == (
-        "workflow failed: step 'fail' raised; first error: ValueError: boom. "
-        ".checkpoint (seq=1) records the 2 completed step(s); resume from it to run only "
+        "workflow failed: step 'fail' raised ValueError: boom. The checkpoint "
+        "(.checkpoint, seq=1) records 2 completed steps; resume from it to run only "
         "what is left"
     )
 
@@ -359,9 +359,9 @@ TAIL = "resume from it to run only what is left"
             "finish",
             ["x", "y"],
             (
-                "workflow failed: steps 'x', 'y' raised; first error: RuntimeError: x broke "
-                "(and 1 more; see .errors). .checkpoint (seq=1) records the 1 completed "
-                f"step(s); {TAIL}"
+                "workflow failed: 2 steps raised ('x', 'y'; see .errors); the first, 'x', "
+                "raised RuntimeError: x broke. The checkpoint (.checkpoint, seq=1) records "
+                f"1 completed step; {TAIL}"
             ),
         ),
         (
@@ -369,17 +369,17 @@ TAIL = "resume from it to run only what is left"
             "cancel",
             ["y"],
             (
-                "workflow failed: step 'y' raised; first error: KeyError: 'y'. "
-                f".checkpoint (seq=1) records the 1 completed step(s); {TAIL}"
+                "workflow failed: step 'y' raised KeyError: 'y'. "
+                f"The checkpoint (.checkpoint, seq=1) records 1 completed step; {TAIL}"
             ),
         ),
         (
             "continue",
             ["x", "y", "z"],
             (
-                "workflow failed: steps 'x', 'y', 'z' raised; first error: RuntimeError: "
-                "x broke (and 2 more; see .errors). .checkpoint (seq=2) records the 1 "
-                f"completed step(s); {TAIL}"
+                "workflow failed: 3 steps raised ('x', 'y', 'z'; see .errors); the first, "
+                "'x', raised RuntimeError: x broke. The checkpoint (.checkpoint, seq=2) "
+                f"records 1 completed step; {TAIL}"
             ),
         ),
     ],
@@ -421,8 +421,9 @@ async def test_workflow_failed_without_checkpoint_fn_still_has_a_resumable_check
     assert checkpoint.cost == RECORDED_COST[mode]
     assert failure.errors == {"fail": batch.error}
     assert str(failure) == (
-        "workflow failed: step 'fail' raised; first error: ValueError: boom. "
-        f".checkpoint (seq=1) records the {len(RECORDED[mode])} completed step(s); {TAIL}"
+        "workflow failed: step 'fail' raised ValueError: boom. The checkpoint "
+        f"(.checkpoint, seq=1) records {len(RECORDED[mode])} completed step"
+        f"{'' if len(RECORDED[mode]) == 1 else 's'}; {TAIL}"
     )
 
     batch.broken = False

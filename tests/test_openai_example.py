@@ -547,7 +547,7 @@ def test_main_runs_saves_a_checkpoint_and_resumes_from_it(
     assert example.main(argv) == 1
     out, err = capsys.readouterr()
     assert out == ""
-    assert "workflow failed: step 'critique' raised; first error: ChatAPIError: POST" in err
+    assert "workflow failed: step 'critique' raised ChatAPIError: POST" in err
     assert list(json.loads(saved.read_text(encoding="utf-8"))["outputs"]) == ["summarize"]
 
     assert example.main(argv) == 0

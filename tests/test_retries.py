@@ -439,8 +439,8 @@ async def test_exhausted_retries_fail_with_the_last_attempts_exception() -> None
     assert failure.errors["always"] is raised[-1]
     assert failure.__cause__ is raised[-1]
     assert str(failure) == (
-        "workflow failed: step 'always' raised; first error: ValueError: attempt 2. "
-        ".checkpoint (seq=1) records the 0 completed step(s); resume from it to run only "
+        "workflow failed: step 'always' raised ValueError: attempt 2. The checkpoint "
+        "(.checkpoint, seq=1) records no completed step; resume from it to run only "
         "what is left"
     )
     assert len(checkpoints) == 1

@@ -608,8 +608,8 @@ async def test_failed_step_keeps_its_batch_and_raises_workflow_failed() -> None:
     assert failure.__cause__ is failure.errors["boom"]
     assert isinstance(failure, ExecutionKitError)
     assert str(failure) == (
-        "workflow failed: step 'boom' raised; first error: ValueError: model said no. "
-        ".checkpoint (seq=2) records the 2 completed step(s); resume from it to run only "
+        "workflow failed: step 'boom' raised ValueError: model said no. The checkpoint "
+        "(.checkpoint, seq=2) records 2 completed steps; resume from it to run only "
         "what is left"
     )
 
@@ -674,8 +674,8 @@ async def test_several_failures_are_all_named_in_declaration_order() -> None:
     }
     assert dict(caught.value.checkpoint.outputs) == {"ok": 1}
     assert str(caught.value).startswith(
-        "workflow failed: steps 'b', 'a' raised; first error: RuntimeError: bad b "
-        "(and 1 more; see .errors)."
+        "workflow failed: 2 steps raised ('b', 'a'; see .errors); the first, 'b', raised "
+        "RuntimeError: bad b."
     )
 
 

@@ -272,9 +272,9 @@ async def test_violation_fails_the_step_and_keeps_what_completed(
     assert error.value is offending
     assert failed.__cause__ is error
     assert str(failed) == (
-        f"workflow failed: step 'score' raised; first error: CheckpointValueError: "
-        f"{expected}. .checkpoint (seq=2) records the 2 completed step(s); resume from "
-        f"it to run only what is left"
+        f"workflow failed: step 'score' raised CheckpointValueError: {expected}. The "
+        f"checkpoint (.checkpoint, seq=2) records 2 completed steps; resume from it to run "
+        f"only what is left"
     )
     # The earlier batch and the same-batch sibling are recorded; the dependent never ran.
     assert calls == Counter(fetch=1, score=1, sibling=1)
