@@ -191,9 +191,11 @@ class Checkpointer:
             )
 
     def _failed(self, exc: Exception, checkpoint: WorkflowCheckpoint) -> None:
+        unsaved = ", ".join(repr(name) for name in checkpoint.new_outputs)
+        what = f"; the outputs of {unsaved} it newly records are not saved" if unsaved else ""
         exc.add_note(
             f"executionkit: checkpoint_fn raised while saving checkpoint seq={checkpoint.seq} "
-            f"(step_index={checkpoint.step_index}); no further step was started"
+            f"(step_index={checkpoint.step_index}){what}; no further step was started"
         )
         failures = self._record.failures
         if failures:

@@ -7,6 +7,7 @@ can be tested with tables. The runner only asks "what may start now?" and says
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +15,7 @@ from executionkit._errors import WorkflowDefinitionError, did_you_mean
 from executionkit._step import Step, is_async_callable
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Mapping
 
 
 class Graph:
@@ -30,6 +31,7 @@ class Graph:
         "encoded",
         "index",
         "inline",
+        "inputs",
         "levels",
         "names",
         "plain",
@@ -37,8 +39,8 @@ class Graph:
         "steps",
     )
 
-    def __init__(self, steps: Iterable[Step]) -> None:
-        """Index ``steps`` and validate the graph they form."""
+    def __init__(self, steps: Iterable[Step], inputs: object = ()) -> None:
+        """Index ``steps`` and validate the graph they form, and the declared ``inputs``."""
         self.steps: tuple[Step, ...] = _as_steps(steps)
         self.names: tuple[str, ...] = tuple(step.name for step in self.steps)
         self.index: dict[str, int] = {}
@@ -70,10 +72,37 @@ class Graph:
             step.name: MappingProxyType({"version": step.version, "depends_on": step.depends_on})
             for step in self.steps
         }
+        # Initial-context keys every run must be given.
+        self.inputs: tuple[str, ...] = self._checked_inputs(inputs)
 
     def __len__(self) -> int:
         """Return the number of steps."""
         return len(self.steps)
+
+    def _checked_inputs(self, inputs: object) -> tuple[str, ...]:
+        if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Iterable):
+            msg = (
+                f"Workflow inputs must be a collection of initial-context key names such as "
+                f"a tuple, got {type(inputs).__name__} {inputs!r}"
+            )
+            raise WorkflowDefinitionError(msg)
+        names = tuple(inputs)
+        for name in names:
+            if not isinstance(name, str) or not name:
+                msg = f"Workflow inputs must be non-empty str, got {type(name).__name__} {name!r}"
+                raise WorkflowDefinitionError(msg)
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            msg = f"Workflow inputs name {', '.join(map(repr, duplicates))} more than once"
+            raise WorkflowDefinitionError(msg)
+        steps = [name for name in names if name in self.index]
+        if steps:
+            msg = (
+                f"Workflow inputs {', '.join(map(repr, steps))} are step names; an input is "
+                f"an initial-context key, and those cannot share a name with a step"
+            )
+            raise WorkflowDefinitionError(msg)
+        return names
 
     def _resolve_dependencies(self) -> tuple[tuple[int, ...], ...]:
         unknown = [

@@ -8,7 +8,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from executionkit._checkpoint import WorkflowCheckpoint
-from executionkit._errors import RunArgumentError
+from executionkit._errors import RunArgumentError, did_you_mean
 from executionkit._types import TokenUsage
 
 if TYPE_CHECKING:
@@ -85,14 +85,7 @@ class RunOptions:
         on_event = arguments["on_event"]
         executor = arguments["executor"]
         checkpoint_every = arguments["checkpoint_every"]
-        context = {} if initial_context is None else str_keyed(initial_context, "initial_context")
-        colliding = [name for name in graph.names if name in context]
-        if colliding:
-            msg = (
-                f"initial_context keys collide with step names: {names_text(colliding)}; "
-                f"a step's output and a context value cannot share a ctx key, so rename them"
-            )
-            raise RunArgumentError(msg)
+        context = _checked_context(graph, initial_context)
         if checkpoint_fn is not None and not callable(checkpoint_fn):
             msg = f"checkpoint_fn must be callable or None, got {type(checkpoint_fn).__name__}"
             raise RunArgumentError(msg)
@@ -147,6 +140,23 @@ class RunOptions:
         )
 
 
+def _checked_context(graph: Graph, initial_context: object) -> dict[str, Any]:
+    context = {} if initial_context is None else str_keyed(initial_context, "initial_context")
+    missing = [name for name in graph.inputs if name not in context]
+    if missing:
+        hint = did_you_mean(missing[0], [key for key in context if key not in graph.inputs])
+        msg = f"initial_context lacks the workflow's declared inputs: {names_text(missing)}{hint}"
+        raise RunArgumentError(msg)
+    colliding = [name for name in graph.names if name in context]
+    if colliding:
+        msg = (
+            f"initial_context keys collide with step names: {names_text(colliding)}; "
+            f"a step's output and a context value cannot share a ctx key, so rename them"
+        )
+        raise RunArgumentError(msg)
+    return context
+
+
 def str_keyed(value: object, argument: str) -> dict[str, Any]:
     """Copy a mapping with str keys, or raise `RunArgumentError` naming ``argument``."""
     if not isinstance(value, Mapping):
@@ -190,7 +200,10 @@ def _checked_rerun(graph: Graph, rerun: object, *, resuming: bool) -> frozenset[
         raise RunArgumentError(msg)
     unknown = [name for name in rerun if name not in graph.index]
     if unknown:
-        msg = f"rerun names steps this workflow does not have: {names_text(unknown)}"
+        msg = (
+            f"rerun names steps this workflow does not have: {names_text(unknown)}"
+            f"{did_you_mean(unknown[0], graph.names)}"
+        )
         raise RunArgumentError(msg)
     if rerun and not resuming:
         msg = "rerun needs resume_from: without a checkpoint every step runs anyway"

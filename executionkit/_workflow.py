@@ -50,23 +50,34 @@ class Workflow:
     Args:
         steps: The steps, in declaration order. Declaration order decides the
             order within a batch and never anything else.
+        inputs: Initial-context keys the workflow needs, such as
+            ``("document",)``. Every run then checks, before any step runs,
+            that ``initial_context`` has each of them, instead of a step
+            failing later when it reads a missing key. Optional.
 
     Raises:
         WorkflowDefinitionError: If an item is not a `Step`, two steps share a
-            name, a step depends on an unknown step, or the dependencies form a
-            cycle (the message names it in order: ``a -> b -> c -> a``).
+            name, a step depends on an unknown step, the dependencies form a
+            cycle (the message names it in order: ``a -> b -> c -> a``), or
+            ``inputs`` is not a collection of distinct non-empty str that are
+            not step names.
     """
 
     __slots__ = ("_graph",)
 
-    def __init__(self, steps: Iterable[Step]) -> None:
-        """Validate ``steps`` and build the dependency graph."""
-        self._graph = Graph(steps)
+    def __init__(self, steps: Iterable[Step], *, inputs: Collection[str] = ()) -> None:
+        """Validate ``steps`` and ``inputs``, and build the dependency graph."""
+        self._graph = Graph(steps, inputs)
 
     @property
     def steps(self) -> tuple[Step, ...]:
         """The steps, in declaration order."""
         return self._graph.steps
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The initial-context keys every run must be given (declared with ``inputs=``)."""
+        return self._graph.inputs
 
     def __repr__(self) -> str:
         """Show the step names."""
@@ -170,7 +181,8 @@ class Workflow:
 
         Raises:
             RunArgumentError: Before any step runs, if ``initial_context`` keys
-                collide with step names or an argument has the wrong type.
+                collide with step names, lack one of the workflow's declared
+                ``inputs``, or an argument has the wrong type.
             CheckpointMismatchError: Before any step runs, if ``resume_from``
                 records steps this workflow lacks (unless discarded), needs
                 ``initial_context`` keys that are missing, has a different

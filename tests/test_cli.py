@@ -1429,3 +1429,58 @@ def test_the_how_to_error_examples_are_what_the_commands_print(
         assert executable == "executionkit"
         assert main(args) == 2
         assert capsys.readouterr().err.splitlines() == lines[start + 1 : end], lines[start]
+
+
+@pytest.mark.parametrize(
+    ("sig", "status", "word"),
+    [(signal.SIGTERM, 143, "terminated"), (signal.SIGKILL, -signal.SIGKILL, None)],
+)
+def test_sigterm_saves_what_completed_and_exits_143_and_kill_loses_no_finished_step(
+    tmp_path: Path, sig: signal.Signals, status: int, word: str | None
+) -> None:
+    """A real SIGTERM checkpoints and exits 143; even SIGKILL finds 'quick' saved as it landed."""
+    # 'hang' says it hangs only once the checkpoint holding its batch sibling 'quick' is on
+    # disk: the run saves each step as it completes, not when its batch does.
+    saved_first = HANG.replace(
+        '    sys.stderr.write("HANGING\\n")',
+        "    from pathlib import Path\n"
+        "    saved = Path('run.json')\n"
+        "    for _ in range(100_000):\n"
+        "        if 'quick' in (saved.read_text() if saved.exists() else ''):\n"
+        "            break\n"
+        "        await asyncio.sleep(0)\n"
+        '    sys.stderr.write("HANGING\\n")',
+    )
+    assert saved_first != HANG
+    write(tmp_path, "hang.py", saved_first)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "executionkit", "run", "hang:workflow", "--checkpoint", "run.json"],
+        cwd=tmp_path,
+        env=_subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        encoding="utf-8",
+    )
+    watchdog = threading.Timer(30, process.kill)  # never let a broken run hang the suite
+    watchdog.start()
+    try:
+        assert process.stderr is not None
+        before: list[str] = []
+        while (line := process.stderr.readline()) not in ("", "HANGING\n"):
+            before.append(line)
+        assert line == "HANGING\n", "".join(before)
+        process.send_signal(sig)
+        out, err = process.communicate(timeout=30)
+    finally:
+        watchdog.cancel()
+    assert process.returncode == status, err
+    assert out == ""
+    assert "Traceback" not in err
+    if word is not None:
+        assert err.splitlines()[-1] == (
+            f"executionkit: {word}; checkpoint saved to run.json (seq 2, 2 of 4 steps "
+            "recorded); run again with the same --checkpoint to resume"
+        )
+    saved = read_checkpoint(tmp_path / "run.json")
+    assert dict(saved.outputs) == {"first": "one", "quick": "two"}

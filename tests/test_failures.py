@@ -494,7 +494,8 @@ async def test_checkpoint_fn_raising_on_the_failure_checkpoint_propagates_with_n
     assert caught.value.__notes__ == [
         (
             "executionkit: checkpoint_fn raised while saving checkpoint seq=1 "
-            "(step_index=1); no further step was started"
+            "(step_index=1); the outputs of 'ok' it newly records are not saved; "
+            "no further step was started"
         ),
         "executionkit: the checkpoint recorded these step failures: 'fail': ValueError: boom",
     ]
@@ -521,7 +522,8 @@ async def test_checkpoint_fn_raising_later_in_continue_mode_still_names_the_fail
     assert caught.value.__notes__ == [
         (
             "executionkit: checkpoint_fn raised while saving checkpoint seq=2 "
-            "(step_index=2); no further step was started"
+            "(step_index=2); the outputs of 'after_ok' it newly records are not saved; "
+            "no further step was started"
         ),
         "executionkit: the checkpoint recorded these step failures: 'fail': ValueError: boom",
     ]

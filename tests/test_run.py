@@ -238,6 +238,7 @@ async def test_checkpoint_fn_error_propagates_with_a_note_and_stops_the_run(
     assert caught.value.__notes__ == [
         (
             "executionkit: checkpoint_fn raised while saving checkpoint seq=2 (step_index=3); "
+            "the outputs of 'left', 'right' it newly records are not saved; "
             "no further step was started"
         )
     ]

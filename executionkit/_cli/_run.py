@@ -87,6 +87,8 @@ def _run(
             on_event=terminal_safe_progress(sys.stderr),
             rerun=args.rerun or None,
             unknown_steps="discard" if args.discard_unknown_steps else "error",
+            # Steps are expensive: each one is saved as it completes, not with its batch.
+            checkpoint_every="step",
         )
     except RunArgumentError as exc:  # before any step ran, CheckpointMismatchError included
         raise CliError(in_cli_terms(str(exc), workflow)) from None

@@ -1,0 +1,141 @@
+"""SIGTERM while run_sync runs: handled like Ctrl-C, then SystemExit(143); handlers restored.
+
+Process managers, containers and deploys stop programs with SIGTERM. A real signal
+is sent to a child process; the in-process tests check which handler is installed
+while a run goes on, and that it is the previous one afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from executionkit import Step, Workflow, WorkflowCheckpoint
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SCRIPT = """
+import asyncio, json, signal, sys
+from executionkit import Step, Workflow
+
+path = sys.argv[1]
+
+def done(ctx):
+    return {"answer": 42}
+
+async def waiting(ctx):
+    print("waiting", flush=True)
+    try:
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:
+        print("waiting cancelled", flush=True)
+        raise
+
+def save(checkpoint):
+    with open(path, "w", encoding="utf-8") as file:
+        json.dump(checkpoint.to_dict(), file)
+    print("checkpoint saved", flush=True)
+
+workflow = Workflow([
+    Step("done", done),
+    Step("gate", lambda ctx: "gate", depends_on=["done"]),
+    Step("waiting", waiting, depends_on=["done"]),
+    Step("after", lambda ctx: "never", depends_on=["waiting"]),
+])
+try:
+    workflow.run_sync(checkpoint_fn=save)
+except SystemExit as exit:
+    print(f"SystemExit {exit.code}", flush=True)
+    print("default restored", signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, flush=True)
+    raise
+"""
+
+
+def test_sigterm_checkpoints_what_completed_and_exits_143(tmp_path: Path) -> None:
+    """The running step is cancelled, the finished ones are saved, the process exits 143."""
+    path = tmp_path / "checkpoint.json"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    process = subprocess.Popen(  # noqa: S603 - our own interpreter and script
+        [sys.executable, "-c", SCRIPT, str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
+    watchdog = threading.Timer(30, process.kill)  # never let a broken run hang the suite
+    watchdog.start()
+    try:
+        assert process.stdout is not None
+        lines: list[str] = []
+        while (line := process.stdout.readline()) not in ("", "waiting\n"):
+            lines.append(line)
+        assert line == "waiting\n", lines
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=30)
+    finally:
+        watchdog.cancel()
+    assert process.returncode == 143, err
+    assert "Traceback" not in err
+    # 'done' was saved with its batch; 'gate', whose batch never ended, on the signal.
+    assert lines == ["checkpoint saved\n"]
+    assert out.splitlines() == [
+        "waiting cancelled",
+        "checkpoint saved",
+        "SystemExit 143",
+        "default restored True",
+    ]
+    checkpoint = WorkflowCheckpoint.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    assert dict(checkpoint.outputs) == {"done": {"answer": 42}, "gate": "gate"}
+
+
+def handler_seen_by_a_step() -> tuple[Any, Any]:
+    """Run a one-step workflow with run_sync; return the SIGTERM handler inside and after."""
+    seen: list[Any] = []
+    Workflow([Step("look", lambda ctx: seen.append(signal.getsignal(signal.SIGTERM)))]).run_sync()
+    return seen[0], signal.getsignal(signal.SIGTERM)
+
+
+def test_run_sync_installs_its_handler_only_for_the_call() -> None:
+    """Over the default action, a handler of run_sync's own is in place during the run only."""
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    inside, after = handler_seen_by_a_step()
+    assert callable(inside)
+    assert after is signal.SIG_DFL
+
+
+@pytest.mark.parametrize("own", ["handler", "ignore"])
+def test_a_program_that_handles_sigterm_itself_keeps_its_handler(own: str) -> None:
+    """run_sync never replaces a handler the program installed, or SIG_IGN."""
+
+    def mine(signum: int, frame: object) -> None:  # pragma: no cover - never signalled
+        pass
+
+    previous = signal.signal(signal.SIGTERM, mine if own == "handler" else signal.SIG_IGN)
+    try:
+        inside, after = handler_seen_by_a_step()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    expected = mine if own == "handler" else signal.SIG_IGN
+    assert inside is expected
+    assert after is expected
+
+
+def test_run_sync_in_another_thread_installs_nothing() -> None:
+    """Only the main thread can handle signals: elsewhere run_sync leaves them alone."""
+    results: list[tuple[Any, Any]] = []
+    thread = threading.Thread(target=lambda: results.append(handler_seen_by_a_step()))
+    thread.start()
+    thread.join(30)
+    assert results == [(signal.SIG_DFL, signal.SIG_DFL)]
