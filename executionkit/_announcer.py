@@ -14,11 +14,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from executionkit._aio import wait_through
+from executionkit.events import RunStarted, StepInvalidated, StepSkipped
 
 if TYPE_CHECKING:
     import contextvars
     from collections.abc import Callable
 
+    from executionkit._record import Record
     from executionkit.events import Event
 
 LOG = logging.getLogger("executionkit")
@@ -48,6 +50,16 @@ class Announcer:
         self._pending: list[Event | _Pending] = []
         self._server: asyncio.Task[None] | None = None
         self._failures = 0
+
+    def run_started(self, record: Record, steps: int, *, resumed: bool) -> None:
+        """Announce the start of a run, its invalidated steps and its restored ones."""
+        run_id = record.run_id
+        emit = self.emit
+        emit(RunStarted(run_id, steps, record.restored, resumed, record.cost))
+        for name, reason in record.invalidated.items():
+            emit(StepInvalidated(run_id, name, reason))
+        for name in record.restored:
+            emit(StepSkipped(run_id, name))
 
     def began(self, position: int) -> None:
         """Note when the step at ``position`` started its first attempt."""

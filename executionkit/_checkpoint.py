@@ -6,62 +6,54 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from executionkit._errors import CheckpointFormatError, preview, safe_str
+from executionkit._checkpoint_fields import (
+    FORMAT_VERSION,
+    KEYS_BY_VERSION,
+    LEGACY_KEYS,
+    LEGACY_VERSION,
+    VERSION_NOT_GIVEN,
+    check_keys,
+    describe,
+    fail,
+    guard,
+    int_text,
+    newer_version,
+    read_context_keys,
+    read_cost,
+    read_count,
+    read_dict,
+    read_errors,
+    read_new_outputs,
+    read_outputs,
+    read_progress,
+    read_run_id,
+    read_step_info,
+    read_timestamp,
+    read_token_usage,
+    read_version,
+)
+from executionkit._errors import CheckpointFormatError, preview
 from executionkit._types import TokenUsage
+
+__all__ = [
+    "FORMAT_VERSION",
+    "LEGACY_VERSION",
+    "SharedFields",
+    "WorkflowCheckpoint",
+    "trusted_checkpoint",
+    "utc_timestamp",
+]
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from executionkit._snapshot import OutputLog
 
-FORMAT_VERSION = 2
-"""The checkpoint format version this library writes (and the newest it reads).
-
-Version 1 (executionkit 0.1) lacks ``progress`` and ``step_info``; version 2
-(executionkit 0.2) added both.
-"""
-
-LEGACY_VERSION = 0
-"""The implicit version of ExecutionKit 0.4 dicts, which carry no ``version`` key."""
-
-_LEGACY_KEYS = frozenset({"step_index", "outputs", "cost"})
-_V1_KEYS = frozenset(
-    {
-        "version",
-        "run_id",
-        "seq",
-        "step_index",
-        "created_at",
-        "outputs",
-        "cost",
-        "context_keys",
-        "errors",
-        "metadata",
-    }
-)
-_KEYS_BY_VERSION = {1: _V1_KEYS, 2: _V1_KEYS | {"progress", "step_info"}}
-_STEP_INFO_KEYS = frozenset({"version", "depends_on"})
-_COST_KEYS = ("input_tokens", "output_tokens", "llm_calls")
-
 
 def _empty_proxy() -> MappingProxyType[str, Any]:
     return MappingProxyType({})
-
-
-class _DefaultVersion(int):
-    """The type of the ``version`` a checkpoint gets when the caller passes none.
-
-    Equal to `FORMAT_VERSION` in every way; its distinct type lets `__post_init__`
-    tell a call without ``version`` (an ExecutionKit 0.4 call passes only the
-    first three fields) from an explicit ``version=2``.
-    """
-
-    __slots__ = ()
-
-
-_VERSION_NOT_GIVEN = _DefaultVersion(FORMAT_VERSION)
 
 
 @dataclass(frozen=True)
@@ -115,7 +107,7 @@ class WorkflowCheckpoint:
     step_index: int
     outputs: Mapping[str, Any]
     cost: TokenUsage
-    version: int = _VERSION_NOT_GIVEN
+    version: int = VERSION_NOT_GIVEN
     run_id: str | None = None
     seq: int = 0
     context_keys: tuple[str, ...] = ()
@@ -128,24 +120,24 @@ class WorkflowCheckpoint:
 
     def __post_init__(self) -> None:
         """Validate every field (the one place checkpoints are checked) and freeze them."""
-        # _guard turns anything but a CheckpointFormatError raised while a field is read
+        # guard turns anything but a CheckpointFormatError raised while a field is read
         # (a RecursionError, or an exception from a caller's own __hash__, __eq__ or
         # mapping methods) into a CheckpointFormatError naming the field.
         given: object = self.version
-        version = _guard("version", lambda: _read_version(given))
-        outputs = _guard("outputs", lambda: _read_outputs(self.outputs))
-        step_index = _read_count(self.step_index, "step_index")
-        _guard("cost", lambda: _read_token_usage(self.cost))
-        seq = _read_count(self.seq, "seq")
-        run_id = _guard("run_id", lambda: _read_run_id(self.run_id))
-        created_at = _guard("created_at", lambda: _read_timestamp(self.created_at))
-        errors = _guard("errors", lambda: _read_errors(self.errors))
-        metadata = _guard("metadata", lambda: _read_dict(self.metadata, "metadata"))
-        context_keys = _guard("context_keys", lambda: _read_context_keys(self.context_keys))
-        progress = _guard("progress", lambda: _read_dict(self.progress, "progress"))
-        info = _guard("step_info", lambda: _read_dict(self.step_info, "step_info"))
+        version = guard("version", lambda: read_version(given))
+        outputs = guard("outputs", lambda: read_outputs(self.outputs))
+        step_index = read_count(self.step_index, "step_index")
+        guard("cost", lambda: read_token_usage(self.cost))
+        seq = read_count(self.seq, "seq")
+        run_id = guard("run_id", lambda: read_run_id(self.run_id))
+        created_at = guard("created_at", lambda: read_timestamp(self.created_at))
+        errors = guard("errors", lambda: read_errors(self.errors))
+        metadata = guard("metadata", lambda: read_dict(self.metadata, "metadata"))
+        context_keys = guard("context_keys", lambda: read_context_keys(self.context_keys))
+        progress = guard("progress", lambda: read_dict(self.progress, "progress"))
+        info = guard("step_info", lambda: read_dict(self.step_info, "step_info"))
         new: object = self.new_outputs
-        if step_index != len(outputs) and given is _VERSION_NOT_GIVEN:
+        if step_index != len(outputs) and given is VERSION_NOT_GIVEN:
             # What ExecutionKit 0.4 code builds: only its three fields, and a step_index
             # that counts completed steps while outputs also hold the initial context.
             # Such a checkpoint is a 0.4 checkpoint, written and read back as one.
@@ -156,14 +148,14 @@ class WorkflowCheckpoint:
         if version != LEGACY_VERSION and step_index != len(outputs):
             msg = (
                 f"checkpoint field 'step_index' must equal the number of outputs "
-                f"({len(outputs)}), got {_int_text(step_index)}"
+                f"({len(outputs)}), got {int_text(step_index)}"
             )
             raise CheckpointFormatError(msg, path="step_index")
-        frozen_progress = _guard("progress", lambda: _read_progress(progress, version, outputs))
-        frozen_info = _guard(
-            "step_info", lambda: _read_step_info(info, version, outputs, frozen_progress)
+        frozen_progress = guard("progress", lambda: read_progress(progress, version, outputs))
+        frozen_info = guard(
+            "step_info", lambda: read_step_info(info, version, outputs, frozen_progress)
         )
-        _guard("new_outputs", lambda: _read_new_outputs(new, outputs))
+        guard("new_outputs", lambda: read_new_outputs(new, outputs))
         freeze = object.__setattr__
         freeze(self, "version", version)
         freeze(self, "outputs", MappingProxyType(outputs))
@@ -231,30 +223,30 @@ class WorkflowCheckpoint:
                 is the ``__cause__``. Values that are not checked (outputs,
                 metadata and progress values) load however deeply nested.
         """
-        return _guard("", lambda: _read_checkpoint(cls, data))
+        return guard("", lambda: _read_checkpoint(cls, data))
 
 
 def _read_checkpoint(cls: type[WorkflowCheckpoint], data: object) -> WorkflowCheckpoint:
     if not isinstance(data, Mapping):
-        msg = f"checkpoint data must be a dict, got {_describe(data)}"
+        msg = f"checkpoint data must be a dict, got {describe(data)}"
         raise CheckpointFormatError(msg)
     key: object
     for key in data:
         if not isinstance(key, str):
-            msg = f"checkpoint keys must be str, got {_describe(key)}"
+            msg = f"checkpoint keys must be str, got {describe(key)}"
             raise CheckpointFormatError(msg)
     if "version" not in data:
         return _read_legacy(data)
     version = data["version"]
     if type(version) is not int or version < 1:
-        _fail("version", "a positive int", version)
+        fail("version", "a positive int", version)
     if version > FORMAT_VERSION:
-        raise _newer_version(version)
-    _check_keys(data, _KEYS_BY_VERSION[version], where="")
+        raise newer_version(version)
+    check_keys(data, KEYS_BY_VERSION[version], where="")
     return cls(
         step_index=data["step_index"],
         outputs=data["outputs"],
-        cost=_guard("cost", lambda: _read_cost(data["cost"])),
+        cost=guard("cost", lambda: read_cost(data["cost"])),
         version=version,
         run_id=data["run_id"],
         seq=data["seq"],
@@ -268,7 +260,7 @@ def _read_checkpoint(cls: type[WorkflowCheckpoint], data: object) -> WorkflowChe
 
 
 def _read_legacy(data: Mapping[str, Any]) -> WorkflowCheckpoint:
-    extra = sorted(set(data) - _LEGACY_KEYS)
+    extra = sorted(set(data) - LEGACY_KEYS)
     if extra:
         msg = (
             f"checkpoint is missing key 'version' (a dict without it is read as an "
@@ -276,218 +268,13 @@ def _read_legacy(data: Mapping[str, Any]) -> WorkflowCheckpoint:
             f"'cost', but this one also has {', '.join(map(preview, extra))})"
         )
         raise CheckpointFormatError(msg, path="version")
-    _check_keys(data, _LEGACY_KEYS, where="")
+    check_keys(data, LEGACY_KEYS, where="")
     return WorkflowCheckpoint(
         step_index=data["step_index"],
         outputs=data["outputs"],
-        cost=_guard("cost", lambda: _read_cost(data["cost"])),
+        cost=guard("cost", lambda: read_cost(data["cost"])),
         version=LEGACY_VERSION,
     )
-
-
-_T = TypeVar("_T")
-
-
-def _guard(path: str, read: Callable[[], _T]) -> _T:
-    """Return ``read()``; report anything it raises as a `CheckpointFormatError` at ``path``.
-
-    Validation runs code of the caller's objects (``__hash__``, ``__eq__``, a
-    mapping's ``items``) and may meet nesting deeper than Python recurses; the
-    documented promise is that nothing but `CheckpointFormatError` comes out.
-    """
-    try:
-        return read()
-    except (CheckpointFormatError, MemoryError):
-        raise
-    except Exception as exc:
-        what = f"checkpoint field {path!r}" if path else "checkpoint data"
-        if isinstance(exc, RecursionError):
-            msg = f"{what} is nested too deeply to read (RecursionError)"
-        else:
-            detail = safe_str(exc)
-            reason = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
-            msg = f"{what} could not be read: reading it raised {reason}"
-        raise CheckpointFormatError(msg, path=path) from exc
-
-
-def _int_text(value: int) -> str:
-    # Python refuses to print ints past 4,300 digits; describe those instead of failing.
-    if value.bit_length() > 4096:  # noqa: PLR2004 - comfortably under the digit limit
-        return f"an int of {value.bit_length()} bits"
-    return str(value)
-
-
-def _describe(value: object) -> str:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return f"int {_int_text(value)}"
-    return f"{type(value).__name__} {preview(value)}"
-
-
-def _newer_version(version: int) -> CheckpointFormatError:
-    msg = (
-        f"checkpoint format version {_int_text(version)} is newer than this executionkit "
-        f"reads (up to {FORMAT_VERSION}); upgrade executionkit to load it"
-    )
-    return CheckpointFormatError(msg, path="version")
-
-
-def _fail(path: str, expected: str, value: object) -> NoReturn:
-    msg = f"checkpoint field {path!r} must be {expected}, got {_describe(value)}"
-    raise CheckpointFormatError(msg, path=path)
-
-
-def _check_keys(data: Mapping[str, Any], expected: frozenset[str], *, where: str) -> None:
-    for key in sorted(expected):
-        if key not in data:
-            path = f"{where}{key}"
-            msg = f"checkpoint field {path!r} is missing"
-            raise CheckpointFormatError(msg, path=path)
-    for key in data:
-        if key not in expected:
-            path = f"{where}{key}"
-            msg = f"checkpoint has unexpected field {path!r}"
-            raise CheckpointFormatError(msg, path=path)
-
-
-def _read_count(value: object, path: str) -> int:
-    if type(value) is not int or value < 0:
-        _fail(path, "a non-negative int", value)
-    return value
-
-
-def _read_version(value: object) -> int:
-    if value is _VERSION_NOT_GIVEN:
-        return FORMAT_VERSION
-    version = _read_count(value, "version")
-    if version > FORMAT_VERSION:
-        raise _newer_version(version)
-    return version
-
-
-def _read_outputs(value: object) -> dict[str, Any]:
-    outputs = _read_dict(value, "outputs")
-    if "" in outputs:
-        msg = "checkpoint field 'outputs' must have non-empty step names as keys, got ''"
-        raise CheckpointFormatError(msg, path="outputs")
-    return outputs
-
-
-def _read_token_usage(value: object) -> None:
-    if not isinstance(value, TokenUsage):
-        _fail("cost", "a TokenUsage", value)
-    for name in _COST_KEYS:
-        _read_count(getattr(value, name), f"cost.{name}")
-
-
-def _read_run_id(value: object) -> str | None:
-    if value is not None and (not isinstance(value, str) or not value):
-        _fail("run_id", "a non-empty str or None", value)
-    return value
-
-
-def _read_errors(value: object) -> dict[str, str]:
-    errors = _read_dict(value, "errors")
-    for name, text in errors.items():
-        if not isinstance(text, str):
-            _fail(f"errors.{name}", "a str", text)
-    return errors
-
-
-def _read_new_outputs(value: object, outputs: Mapping[str, Any]) -> None:
-    # isinstance first: an unhashable item cannot be looked up in outputs.
-    if not isinstance(value, tuple) or not all(
-        isinstance(name, str) and name in outputs for name in value
-    ):
-        _fail("new_outputs", "a tuple of recorded step names", value)
-
-
-def _read_dict(value: object, path: str) -> dict[str, Any]:
-    if not isinstance(value, Mapping):
-        _fail(path, "a dict", value)
-    result: dict[str, Any] = {}
-    for key, item in value.items():
-        if not isinstance(key, str):
-            msg = f"checkpoint field {path!r} must have str keys, got key {_describe(key)}"
-            raise CheckpointFormatError(msg, path=path)
-        result[key] = item
-    return result
-
-
-def _read_cost(value: object) -> TokenUsage:
-    cost = _read_dict(value, "cost")
-    _check_keys(cost, frozenset(_COST_KEYS), where="cost.")
-    return TokenUsage(*(_read_count(cost[key], f"cost.{key}") for key in _COST_KEYS))
-
-
-def _read_timestamp(value: object) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            datetime.fromisoformat(value)
-        except ValueError:
-            pass
-        else:
-            return value
-    _fail("created_at", "an ISO-8601 timestamp str or None", value)
-
-
-def _read_progress(
-    value: object, version: int, outputs: Mapping[str, Any]
-) -> MappingProxyType[str, Any]:
-    progress = _read_dict(value, "progress")
-    if progress and version < 2:  # noqa: PLR2004 - the version that introduced it
-        msg = f"checkpoint field 'progress' needs format version 2, got version {version}"
-        raise CheckpointFormatError(msg, path="progress")
-    done = [name for name in progress if name in outputs]
-    if done:
-        msg = (
-            f"checkpoint field 'progress' names completed steps {done!r}; progress is "
-            f"dropped when a step completes"
-        )
-        raise CheckpointFormatError(msg, path="progress")
-    return MappingProxyType(progress)
-
-
-def _read_step_info(
-    value: object, version: int, outputs: Mapping[str, Any], progress: Mapping[str, Any]
-) -> MappingProxyType[str, Mapping[str, Any]]:
-    raw = _read_dict(value, "step_info")
-    if raw and version < 2:  # noqa: PLR2004 - the version that introduced it
-        msg = f"checkpoint field 'step_info' needs format version 2, got version {version}"
-        raise CheckpointFormatError(msg, path="step_info")
-    missing = sorted(set(outputs) - set(raw))
-    extra = sorted(set(raw) - set(outputs) - set(progress))
-    if raw and (missing or extra):
-        msg = (
-            f"checkpoint field 'step_info' must describe the recorded steps and the steps "
-            f"with progress; missing {missing!r}, neither recorded nor in progress {extra!r}"
-        )
-        raise CheckpointFormatError(msg, path="step_info")
-    info: dict[str, Mapping[str, Any]] = {}
-    for name, entry in raw.items():
-        where = f"step_info.{name}"
-        fields = _read_dict(entry, where)
-        _check_keys(fields, _STEP_INFO_KEYS, where=f"{where}.")
-        step_version = fields["version"]
-        if step_version is not None and (type(step_version) is not str or not step_version):
-            _fail(f"{where}.version", "a non-empty str or None", step_version)
-        deps = fields["depends_on"]
-        if not isinstance(deps, (list, tuple)) or not all(type(d) is str and d for d in deps):
-            _fail(f"{where}.depends_on", "a list of step names", deps)
-        info[name] = MappingProxyType({"version": step_version, "depends_on": tuple(deps)})
-    return MappingProxyType(info)
-
-
-def _read_context_keys(value: object) -> tuple[str, ...]:
-    if not isinstance(value, (list, tuple)):
-        _fail("context_keys", "a list of str", value)
-    for position, key in enumerate(value):
-        if not isinstance(key, str):
-            _fail(f"context_keys[{position}]", "a str", key)
-    if len(set(value)) != len(value):
-        _fail("context_keys", "a list of distinct str", value)
-    return tuple(value)
 
 
 def trusted_checkpoint(fields: dict[str, Any]) -> WorkflowCheckpoint:

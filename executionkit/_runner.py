@@ -30,11 +30,8 @@ from executionkit._record import Record
 from executionkit.events import (
     RunFailed,
     RunFinished,
-    RunStarted,
     StepFailed,
     StepFinished,
-    StepInvalidated,
-    StepSkipped,
     StepStarted,
 )
 
@@ -111,22 +108,12 @@ class Run:
         began = time.perf_counter()
         self._task = asyncio.current_task()
         if self._observed:
-            self._announce_start()
+            self._announcer.run_started(self._record, len(self._graph), resumed=self._resumed)
         try:
             await (self._run_eager() if self._eager else self._run_batches())
         except BaseException as exc:  # noqa: BLE001 - every way out goes through _exit
             self._stop(exc)
         return await self._exit(began)
-
-    def _announce_start(self) -> None:
-        record = self._record
-        emit = self._announcer.emit
-        steps = len(self._graph)
-        emit(RunStarted(self._run_id, steps, record.restored, self._resumed, record.cost))
-        for name, reason in record.invalidated.items():
-            emit(StepInvalidated(self._run_id, name, reason))
-        for name in record.restored:
-            emit(StepSkipped(self._run_id, name))
 
     # --- the two schedules ----------------------------------------------------------------
 
@@ -389,7 +376,12 @@ class Run:
         cancelled = cancelled or saved
         if cancelled and self._interrupt is None:
             self._interrupt = asyncio.CancelledError()
-        outcome = self._outcome(error)
+        outcome = _outcome(
+            self._interrupt,
+            self._error or error or self._checkpointer.storage_error,
+            record,
+            more=self._more,
+        )
         if self._observed:
             duration = time.perf_counter() - began
             if outcome is None:
@@ -425,22 +417,26 @@ class Run:
         self.cancelling = False
         return cancelled
 
-    def _outcome(self, save_error: Exception | None) -> BaseException | None:
-        """What the run raises, given what the last checkpoint raised (if anything)."""
-        record = self._record
-        interrupt = self._interrupt
-        error = self._error or save_error or self._checkpointer.storage_error
-        if interrupt is not None:
-            if error is not None:
-                interrupt.add_note(
-                    f"executionkit: the checkpoint taken on interruption failed: "
-                    f"{type(error).__name__}: {error}"
-                )
-            return interrupt
+
+def _outcome(
+    interrupt: BaseException | None, error: Exception | None, record: Record, *, more: bool
+) -> BaseException | None:
+    """What a run raises, or None when it completed.
+
+    In this order: an interrupt (noting a checkpoint that failed meanwhile), a
+    ``checkpoint_fn`` error, `WorkflowFailed`, `BudgetExceeded` (with steps left).
+    """
+    if interrupt is not None:
         if error is not None:
-            return error
-        if record.failures:
-            return record.failure()
-        if self._more and record.over_budget():
-            return record.budget_exceeded()
-        return None
+            interrupt.add_note(
+                f"executionkit: the checkpoint taken on interruption failed: "
+                f"{type(error).__name__}: {error}"
+            )
+        return interrupt
+    if error is not None:
+        return error
+    if record.failures:
+        return record.failure()
+    if more and record.over_budget():
+        return record.budget_exceeded()
+    return None
