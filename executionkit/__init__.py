@@ -27,7 +27,7 @@ from executionkit._step_context import StepContext, current_step
 from executionkit._types import PatternResult, TokenUsage
 from executionkit._workflow import Workflow
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 __all__ = [
     "BudgetExceeded",

@@ -162,13 +162,29 @@ class Attempts:
     async def task(self, position: int) -> None:
         """The body of a step's task (or of a lone step): run it, then land how it ended."""
         landing = self._landing
+        step = self._graph.steps[position]
+        view = ContextView(self._graph, position, self._context, self._outputs)
         try:
-            result = await self.run(position)
+            if step.retries or step.timeout is not None:
+                result = await self._attempts(position, step, view)
+            else:
+                # The common case, kept lean (no coroutine of its own): one attempt,
+                # nothing to time.
+                token = CURRENT_STEP.set((self._host, step.name, self._run_id, 1, 1))
+                try:
+                    executor = self._executor
+                    result = (
+                        step.run(view) if executor is None else self._call(position, step, view)
+                    )
+                    if type(result) is CoroutineType or inspect.isawaitable(result):
+                        result = await result
+                finally:
+                    CURRENT_STEP.reset(token)
         except asyncio.CancelledError:
             this = asyncio.current_task()
             if not landing.cancelling and (this is None or not this.cancelling()):
                 # The step raised CancelledError itself: an interrupt, not a failure.
-                name = self._graph.names[position]
+                name = step.name
                 landing.landed_interrupt(asyncio.CancelledError(f"step {name!r} was cancelled"))
             raise
         except Exception as exc:  # noqa: BLE001 - a step's failure is data here
@@ -221,23 +237,6 @@ class Attempts:
             landing.landed_result(position, result)
         finally:
             landing.finished(position)
-
-    async def run(self, position: int) -> Any:
-        """Run the step at ``position`` to its output; raise what its last attempt raised."""
-        step = self._graph.steps[position]
-        view = ContextView(self._graph, position, self._context, self._outputs)
-        if step.retries or step.timeout is not None:
-            return await self._attempts(position, step, view)
-        # The common case, kept lean: one attempt, nothing to time.
-        token = CURRENT_STEP.set((self._host, step.name, self._run_id, 1, 1))
-        try:
-            executor = self._executor
-            result = step.run(view) if executor is None else self._call(position, step, view)
-            if type(result) is CoroutineType or inspect.isawaitable(result):
-                result = await result
-        finally:
-            CURRENT_STEP.reset(token)
-        return result
 
     def _call(self, position: int, step: Step, view: ContextView) -> Any:
         """Call the step's function; a plain one goes to the executor if the run has one."""

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 FORMAT_VERSION = 2
 """The checkpoint format version this library writes (and the newest it reads).
 
-Version 1 (executionkit 0.1) lacks ``progress`` and ``step_info``; version 2
-(executionkit 0.2) added both.
+Version 1 (written by executionkit 0.1.0) lacks ``progress`` and ``step_info``;
+version 2 (executionkit 0.2) adds both.
 """
 
 LEGACY_VERSION = 0

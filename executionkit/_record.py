@@ -55,6 +55,7 @@ class Record:
     def __init__(self, graph: Graph, options: RunOptions) -> None:
         """Restore ``options.resume_from`` (checked against ``graph``)."""
         self.graph = graph
+        self._encoded = graph.encoded
         self.budget = options.budget
         self._validate_json = options.validate_json
         context = options.context
@@ -113,7 +114,7 @@ class Record:
             cost = result.cost
             self.cost += cost
             result = result.value
-        if self._validate_json or position in self.graph.encoded:
+        if self._validate_json or position in self._encoded:
             try:
                 stored = self._storable(position, result)
             except Exception as exc:  # noqa: BLE001 - an unrecordable output fails its step

@@ -215,9 +215,11 @@ class Workflow:
         cancels the run like a cancelled task: running steps are cancelled, what
         completed is checkpointed, then `KeyboardInterrupt` propagates. SIGTERM
         (what process managers, containers and deploys send) is treated the
-        same way, then `SystemExit` with status 143 (128 + SIGTERM) propagates;
-        the handler is installed only in the main thread, for the duration of
-        the call, and the previous one is restored afterwards.
+        same way, then `SystemExit` with status 143 (128 + SIGTERM) propagates.
+        The handler is installed only in the main thread and only over
+        SIGTERM's default action (a program's own handler, or SIG_IGN, is
+        kept), for the duration of the call; a second SIGTERM meanwhile gets
+        the default action.
 
         Raises:
             RuntimeError: If called while an event loop is running in this

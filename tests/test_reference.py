@@ -374,7 +374,7 @@ def test_checkpoint_table_shows_the_real_defaults() -> None:
 
 def _stated_package_version() -> re.Match[str]:
     stated = re.search(
-        r"executionkit\s+(\d+\.\d+\.\d+)(\s+\(unreleased\))?\s+writes\s+format\s+"
+        r"executionkit\s+(\d+\.\d+\.\d+(?:\.dev\d+)?)(\s+\(in development\))?\s+writes\s+format\s+"
         r"\*\*version\s+(\d+)\*\*\s+and\s+reads\s+versions\s+([\d, and]+)\.",
         section("### Format versions"),
     )
