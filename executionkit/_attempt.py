@@ -159,13 +159,19 @@ class Attempts:
         self._caller_context = caller_context
         self._landing = landing
 
-    async def task(self, position: int) -> None:
-        """The body of a step's task (or of a lone step): run it, then land how it ended."""
+    async def task(self, position: int, returned: Any = None) -> None:
+        """The body of a step's task (or of a lone step): run it, then land how it ended.
+
+        ``returned``, when given, is the awaitable a plain step returned when it
+        was called inline: it is awaited instead of calling the step again.
+        """
         landing = self._landing
         step = self._graph.steps[position]
         view = ContextView(self._graph, position, self._context, self._outputs)
         try:
-            if step.retries or step.timeout is not None:
+            if returned is not None:
+                result = await returned
+            elif step.retries or step.timeout is not None:
                 result = await self._attempts(position, step, view)
             else:
                 # The common case, kept lean (no coroutine of its own): one attempt,
@@ -219,24 +225,9 @@ class Attempts:
             landing.landed_interrupt(exc)
             return None
         if inspect.isawaitable(result):
-            return asyncio.get_running_loop().create_task(self._returned(position, result))
+            return asyncio.get_running_loop().create_task(self.task(position, result))
         landing.landed_result(position, result)
         return None
-
-    async def _returned(self, position: int, awaitable: Any) -> None:
-        landing = self._landing
-        try:
-            result = await awaitable
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a step's failure is data here
-            landing.landed_error(position, exc)
-        except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt, SystemExit, ...
-            landing.landed_interrupt(exc)
-        else:
-            landing.landed_result(position, result)
-        finally:
-            landing.finished(position)
 
     def _call(self, position: int, step: Step, view: ContextView) -> Any:
         """Call the step's function; a plain one goes to the executor if the run has one."""
