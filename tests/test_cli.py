@@ -32,6 +32,9 @@ import pytest
 from executionkit import TokenUsage, Workflow, WorkflowCheckpoint, WorkflowFailed
 from executionkit import _cli as cli_module
 from executionkit._cli import main
+from executionkit._cli._exits import CliError
+from executionkit._cli._location import DatabaseLocation, FileLocation, parse_location
+from executionkit.stores import SQLiteStore
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -1484,3 +1487,156 @@ def test_sigterm_saves_what_completed_and_exits_143_and_kill_loses_no_finished_s
         )
     saved = read_checkpoint(tmp_path / "run.json")
     assert dict(saved.outputs) == {"first": "one", "quick": "two"}
+
+
+# --- checkpoints in a database -------------------------------------------------------------
+
+LOCATED = "cli_workflow:workflow"
+
+
+def test_run_saves_into_a_named_run_and_resumes_from_it(
+    cli: Callable[..., Outcome], tmp_path: Path
+) -> None:
+    """A failed run is saved in the database under its run_id; the rerun resumes it."""
+    where = "sqlite:///runs.db?run_id=night-1"
+    failed = cli("run", LOCATED, "--checkpoint", where, TEXT, "--input", "lang=xx")
+    assert failed.code == 1
+    assert failed.err.splitlines()[-2:] == [
+        f"executionkit: step translate failed: {NO_LANG}",
+        (
+            "executionkit: checkpoint saved to sqlite:///runs.db (seq 2, 2 of 4 steps "
+            "recorded); run again with the same --checkpoint to resume"
+        ),
+    ]
+    saved = SQLiteStore(tmp_path / "runs.db").load("night-1")
+    assert saved is not None
+    assert saved.run_id == "night-1"
+    assert dict(saved.outputs) == {"words": ["the", "cat", "sat"], "count": 3}
+
+    done = cli("run", LOCATED, "--checkpoint", where, TEXT, "--input", "lang=fr")
+    assert done.code == 0, done.err
+    assert json.loads(done.out)["translate"] == "le chat s'assit"
+    final = SQLiteStore(tmp_path / "runs.db").load("night-1")
+    assert final is not None
+    # count ran once and translate once: nothing recorded was paid for twice.
+    assert final.cost == TokenUsage(270, 34, 2)
+
+
+def test_inspect_lists_the_runs_of_a_database_then_shows_one(
+    cli: Callable[..., Outcome], tmp_path: Path
+) -> None:
+    """Without a run_id, inspect lists the runs; with one, it shows that run's checkpoint."""
+    for run_id, lang in (("a", "xx"), ("b", "fr")):
+        cli(
+            "run",
+            LOCATED,
+            "--checkpoint",
+            f"sqlite:///runs.db?run_id={run_id}",
+            TEXT,
+            "--input",
+            f"lang={lang}",
+        )
+    listed = cli("inspect", "sqlite:///runs.db", "--json")
+    assert listed.code == 0, listed.err
+    data = json.loads(listed.out)
+    assert data["database"] == "sqlite:///runs.db"
+    assert [
+        (run["run_id"], run["seq"], run["recorded"], run["failed"]) for run in data["runs"]
+    ] == [
+        ("b", 3, 4, 0),
+        ("a", 2, 2, 1),
+    ]
+    text = cli("inspect", "sqlite:///runs.db")
+    assert text.code == 0
+    lines = text.out.splitlines()
+    assert lines[:2] == ["database: sqlite:///runs.db", "runs: 2"]
+    assert lines[2].startswith("  b: seq 3, 4 recorded, 0 failed, saved ")
+    assert lines[3].startswith("  a: seq 2, 2 recorded, 1 failed, saved ")
+    assert lines[4] == "inspect one with: executionkit inspect 'sqlite:///runs.db?run_id=RUN_ID'"
+    one = cli("inspect", "sqlite:///runs.db?run_id=a", "--json")
+    assert one.code == 0, one.err
+    assert json.loads(one.out)["run_id"] == "a"
+    graph = cli("graph", LOCATED, "--checkpoint", "sqlite:///runs.db?run_id=a")
+    assert graph.code == 0, graph.err
+    assert "failed" in graph.out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("run", LOCATED, "--checkpoint", "sqlite:///runs.db", TEXT, "--input", "lang=fr"),
+            (
+                "--checkpoint sqlite:///runs.db: name the run in the database, as in "
+                "sqlite:///runs.db?run_id=NAME"
+            ),
+        ),
+        (
+            ("inspect", "sqlite:///runs.db?run_id=nope"),
+            "sqlite:///runs.db: holds no checkpoint of run 'nope'",
+        ),
+        (
+            ("inspect", "sqlite:///missing/runs.db"),
+            "sqlite:///missing/runs.db: folder missing does not exist",
+        ),
+        (
+            ("inspect", "sqlite://host/runs.db"),
+            (
+                "sqlite://host/runs.db: not an SQLite location; write "
+                "sqlite:///relative/path.db or sqlite:////absolute/path.db, then ?run_id=NAME "
+                "to name a run"
+            ),
+        ),
+        (("inspect", "sqlite:///runs.db?run_id="), "sqlite:///runs.db?run_id=: run_id is empty"),
+        (
+            ("inspect", "sqlite:///runs.db?run_id=a&run_id=b"),
+            "sqlite:///runs.db?run_id=a&run_id=b: run_id is given 2 times",
+        ),
+    ],
+)
+def test_bad_locations_are_one_line_and_exit_2(
+    cli: Callable[..., Outcome], tmp_path: Path, args: tuple[str, ...], message: str
+) -> None:
+    """Each problem names the location as given and what to write instead."""
+    outcome = cli(*args)
+    assert outcome.code == 2, outcome.err
+    assert outcome.err == f"executionkit: error: {message}\n"
+
+
+def test_a_file_that_is_not_a_database_is_one_line(
+    cli: Callable[..., Outcome], tmp_path: Path
+) -> None:
+    """A file that is not SQLite gives the store's own message, never a traceback."""
+    (tmp_path / "notes.db").write_text("meeting notes\n" * 20, encoding="utf-8")
+    outcome = cli("inspect", "sqlite:///notes.db")
+    assert outcome.code == 2
+    assert outcome.err.startswith("executionkit: error: sqlite:///notes.db: ")
+    assert "Traceback" not in outcome.err
+    assert len(outcome.err.splitlines()) == 1
+
+
+def test_locations_are_parsed_by_their_scheme() -> None:
+    """Paths stay files; sqlite URLs are relative with three slashes, absolute with four."""
+    assert parse_location("run.json") == FileLocation(Path("run.json"), "run.json")
+    assert parse_location("c:/runs/run.json") == FileLocation(
+        Path("c:/runs/run.json"), "c:/runs/run.json"
+    )
+    assert parse_location("sqlite:///runs.db?run_id=x") == DatabaseLocation(
+        "sqlite:///runs.db", "sqlite", "runs.db", "x"
+    )
+    assert parse_location("sqlite:////var/runs.db") == DatabaseLocation(
+        "sqlite:////var/runs.db", "sqlite", "/var/runs.db", None
+    )
+
+
+def test_a_postgresql_password_is_never_shown() -> None:
+    """The label hides the password; the connection string keeps it, without run_id."""
+    location = parse_location("postgresql://me:s3cret@db.local:5433/runs?sslmode=off&run_id=7")
+    assert location == DatabaseLocation(
+        "postgresql://me:***@db.local:5433/runs?sslmode=off",
+        "postgresql",
+        "postgresql://me:s3cret@db.local:5433/runs?sslmode=off",
+        "7",
+    )
+    with pytest.raises(CliError, match=r"^postgresql://me:\*\*\*@db:x/runs: not a database URL"):
+        parse_location("postgresql://me:s3cret@db:x/runs")

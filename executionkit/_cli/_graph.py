@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from executionkit._cli._exits import EXIT_OK
-from executionkit._cli._load import load_checkpoint, load_workflow
+from executionkit._cli._load import load_workflow
+from executionkit._cli._location import DatabaseLocation, parse_location
 from executionkit._cli._text import one_line, out, say, show
 
 if TYPE_CHECKING:
@@ -30,8 +30,10 @@ def graph_command(args: argparse.Namespace) -> int:
 
     checkpoint = None
     if args.checkpoint is not None:
-        path = Path(args.checkpoint)
-        checkpoint = load_checkpoint(path, missing_ok=False)
+        location = parse_location(args.checkpoint)
+        if isinstance(location, DatabaseLocation):
+            location.named_run("--checkpoint")
+        checkpoint = location.load(missing_ok=False)
     workflow = load_workflow(args.workflow)
     statuses = None if checkpoint is None else step_statuses(workflow, checkpoint)
     if checkpoint is not None and checkpoint.version != LEGACY_VERSION:

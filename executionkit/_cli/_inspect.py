@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from executionkit._cli._exits import EXIT_OK, CliError
-from executionkit._cli._load import load_checkpoint, load_workflow
+from executionkit._cli._load import load_workflow
+from executionkit._cli._location import DatabaseLocation, parse_location
 from executionkit._cli._text import json_document, one_line, out, preview, show
 
 if TYPE_CHECKING:
@@ -19,11 +19,14 @@ if TYPE_CHECKING:
 
 def inspect_command(args: argparse.Namespace) -> int:
     """Print what ``args.file`` holds; import ``args.workflow`` only if given."""
-    path = Path(args.file)
-    checkpoint = load_checkpoint(path, missing_ok=False)
+    location = parse_location(args.file)
+    if isinstance(location, DatabaseLocation) and location.run_id is None:
+        return _list_runs(location, as_json=args.json)
+    path = location.label
+    checkpoint = location.load(missing_ok=False)
     assert checkpoint is not None  # noqa: S101 - missing_ok=False never returns None
     workflow = None if args.workflow is None else load_workflow(args.workflow)
-    summary = describe(checkpoint, workflow, file=str(path))
+    summary = describe(checkpoint, workflow, file=path)
     if not args.json:
         out(describe_text(summary))
         return EXIT_OK
@@ -33,6 +36,37 @@ def inspect_command(args: argparse.Namespace) -> int:
         msg = f"{path}: metadata nested too deeply to print as JSON"
         raise CliError(msg) from None
     out(text)
+    return EXIT_OK
+
+
+def _list_runs(location: DatabaseLocation, *, as_json: bool) -> int:
+    """Print the runs a database holds, the most recently written first."""
+    runs: list[dict[str, Any]] = []
+    for run_id in location.run_ids():
+        latest = DatabaseLocation(location.label, location.scheme, location.target, run_id)
+        checkpoint = latest.load(missing_ok=False)
+        assert checkpoint is not None  # noqa: S101 - missing_ok=False never returns None
+        runs.append(
+            {
+                "run_id": run_id,
+                "seq": checkpoint.seq,
+                "recorded": len(checkpoint.outputs),
+                "failed": len(checkpoint.errors),
+                "created_at": checkpoint.created_at,
+            }
+        )
+    if as_json:
+        out(json_document({"database": location.label, "runs": runs}))
+        return EXIT_OK
+    lines = [f"database: {one_line(location.label)}", f"runs: {len(runs)}"]
+    lines.extend(
+        f"  {show(run['run_id'])}: seq {run['seq']}, {run['recorded']} recorded, "
+        f"{run['failed']} failed, saved {run['created_at'] or 'at an unknown time'}"
+        for run in runs
+    )
+    if runs:
+        lines.append(f"inspect one with: executionkit inspect '{location.label}?run_id=RUN_ID'")
+    out("\n".join(lines) + "\n")
     return EXIT_OK
 
 

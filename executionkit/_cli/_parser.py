@@ -23,9 +23,11 @@ _RUN_EPILOG = f"""\
 MODULE is imported as with 'python -m': from the current directory or PYTHONPATH.
 ATTR names a Workflow, or a function taking no arguments that returns one.
 --input values are strings; use --inputs-json for numbers, lists or objects
-(--input wins over a key of the file). Checkpoints are written atomically to
-FILE after every batch. When FILE already holds a checkpoint, the run resumes
-from it: pass the same input keys again, since values are never saved. To
+(--input wins over a key of the file). Each step's output is checkpointed as
+soon as it completes, atomically to FILE, or into a database run given as
+sqlite:///path.db?run_id=NAME or postgresql://...?run_id=NAME. When it already
+holds a checkpoint, the run resumes from it: pass the same input keys again,
+since values are never saved. To
 resume from a checkpoint of an older version of the workflow, pass
 --discard-unknown-steps to drop the steps it no longer has; to run recorded
 steps again (and what depends on them), name them with --rerun.
@@ -67,7 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--checkpoint",
         metavar="FILE",
-        help="JSON file to write checkpoints to, and to resume from when it exists",
+        help=(
+            "JSON file (or database run, sqlite:///path.db?run_id=NAME) to write "
+            "checkpoints to, and to resume from when it holds one"
+        ),
     )
     run.add_argument(
         "--input",
@@ -105,7 +110,14 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_READ_EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    inspect.add_argument("file", metavar="FILE", help="the checkpoint file (JSON)")
+    inspect.add_argument(
+        "file",
+        metavar="FILE",
+        help=(
+            "the checkpoint file (JSON), or a database run (sqlite:///path.db?run_id=NAME); "
+            "a database without ?run_id= lists its runs"
+        ),
+    )
     inspect.add_argument(
         "--workflow",
         metavar="MODULE:ATTR",
@@ -124,7 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     graph.add_argument("workflow", metavar="MODULE:ATTR", help="the workflow to draw")
-    graph.add_argument("--checkpoint", metavar="FILE", help="mark steps from this checkpoint")
+    graph.add_argument(
+        "--checkpoint",
+        metavar="FILE",
+        help="mark steps from this checkpoint file or database run (sqlite:///x.db?run_id=NAME)",
+    )
     graph.add_argument(
         "--format",
         choices=("mermaid", "dot"),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shlex
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from executionkit._cli._exits import (
@@ -14,7 +13,8 @@ from executionkit._cli._exits import (
     EXIT_TERMINATED,
     CliError,
 )
-from executionkit._cli._load import load_checkpoint, load_workflow, read_inputs
+from executionkit._cli._load import load_workflow, read_inputs
+from executionkit._cli._location import DatabaseLocation, parse_location
 from executionkit._cli._progress import terminal_safe_progress
 from executionkit._cli._text import error_text, json_document, out, say, show
 
@@ -47,19 +47,18 @@ class _Saver:
 
 def run_command(args: argparse.Namespace) -> int:
     """Run ``args.workflow``; print its outputs as JSON, or say what failed and what was saved."""
-    from executionkit.stores import JsonFileStore  # noqa: PLC0415
-
     context = read_inputs(args)
-    path = None if args.checkpoint is None else Path(args.checkpoint)
-    resume = None if path is None else load_checkpoint(path, missing_ok=True)
+    location = None if args.checkpoint is None else parse_location(args.checkpoint)
+    run_id = None
+    if isinstance(location, DatabaseLocation):
+        run_id = location.named_run("--checkpoint")
+    resume = None if location is None else location.load(missing_ok=True)
     workflow = load_workflow(args.workflow)
-    saver = None if path is None else _Saver(JsonFileStore(path), resume)
-    if path is not None and not path.parent.is_dir():
-        msg = f"--checkpoint {path}: folder {path.parent} does not exist"
-        raise CliError(msg)
+    saver = None if location is None else _Saver(location.writer("--checkpoint"), resume)
+    label = None if location is None else location.label
     if args.discard_unknown_steps and resume is not None:
-        _say_discarded(workflow, resume, path)
-    return _run(args, workflow, context, path=path, resume=resume, saver=saver)
+        _say_discarded(workflow, resume, label)
+    return _run(args, workflow, context, label=label, resume=resume, saver=saver, run_id=run_id)
 
 
 def _run(
@@ -67,9 +66,10 @@ def _run(
     workflow: Workflow,
     context: dict[str, Any],
     *,
-    path: Path | None,
+    label: str | None,
     resume: WorkflowCheckpoint | None,
     saver: _Saver | None,
+    run_id: str | None,
 ) -> int:
     """Run ``workflow``; report how it ended and return the exit code."""
     from executionkit._errors import RunArgumentError, WorkflowFailed  # noqa: PLC0415
@@ -80,6 +80,7 @@ def _run(
             context,
             checkpoint_fn=saver,
             resume_from=resume,
+            run_id=run_id,
             # A fresh run names its workflow; a resumed one keeps the checkpoint's metadata.
             metadata={"workflow": args.workflow} if resume is None else None,
             # Outputs that could not be written to the file fail their step at once.
@@ -95,29 +96,29 @@ def _run(
     except WorkflowFailed as failure:
         for name, error in failure.errors.items():
             say(f"step {show(name)} failed: {error_text(error)}")
-        say(_saved(path, saver, total))
+        say(_saved(label, saver, total))
         return EXIT_FAILED
     except KeyboardInterrupt:
-        say(f"interrupted; {_saved(path, saver, total)}")
+        say(f"interrupted; {_saved(label, saver, total)}")
         return EXIT_INTERRUPTED
     except SystemExit as exc:
         # run_sync raises SystemExit(143) for SIGTERM once it has checkpointed what
         # completed, as it raises KeyboardInterrupt for Ctrl-C; any other exit passes.
         if exc.code != EXIT_TERMINATED:
             raise
-        say(f"terminated; {_saved(path, saver, total)}")
+        say(f"terminated; {_saved(label, saver, total)}")
         return EXIT_TERMINATED
     except Exception as exc:
         if saver is None or exc is not saver.error:
             raise
-        say(f"could not save the checkpoint to {path}: {error_text(exc)}")
-        say(_saved(path, saver, total))
+        say(f"could not save the checkpoint to {label}: {error_text(exc)}")
+        say(_saved(label, saver, total))
         return EXIT_FAILED
     out(json_document(dict(result.outputs)))
     return EXIT_OK
 
 
-def _say_discarded(workflow: Workflow, resume: WorkflowCheckpoint, path: Path | None) -> None:
+def _say_discarded(workflow: Workflow, resume: WorkflowCheckpoint, label: str | None) -> None:
     """Say which recorded steps ``--discard-unknown-steps`` drops, if any."""
     from executionkit._checkpoint import LEGACY_VERSION  # noqa: PLC0415
 
@@ -127,7 +128,7 @@ def _say_discarded(workflow: Workflow, resume: WorkflowCheckpoint, path: Path | 
     unknown = [name for name in resume.outputs if name not in known]
     if unknown:
         say(
-            f"dropping what {path} records for steps this workflow does not have: "
+            f"dropping what {label} records for steps this workflow does not have: "
             f"{', '.join(map(show, unknown))}"
         )
 
@@ -167,13 +168,13 @@ def in_cli_terms(message: str, workflow: Workflow) -> str:
     return message
 
 
-def _saved(path: Path | None, saver: _Saver | None, total: int) -> str:
-    if path is None or saver is None:
+def _saved(label: str | None, saver: _Saver | None, total: int) -> str:
+    if label is None or saver is None:
         return "nothing was saved; pass --checkpoint FILE to keep the steps that completed"
     last = saver.last
     if last is None:
-        return f"nothing was saved to {path}"
+        return f"nothing was saved to {label}"
     return (
-        f"checkpoint saved to {path} (seq {last.seq}, {last.step_index} of {total} steps "
+        f"checkpoint saved to {label} (seq {last.seq}, {last.step_index} of {total} steps "
         f"recorded); run again with the same --checkpoint to resume"
     )
