@@ -16,13 +16,15 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, NamedTuple, TextIO
+from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
 
 from executionkit._errors import BudgetExceeded, WorkflowFailed
+from executionkit._terminal import one_line, show
 from executionkit._types import TokenUsage
 from executionkit.events import (
     Event,
@@ -105,6 +107,7 @@ class ConsoleProgress:
 
     def __call__(self, event: Event) -> None:
         """Take one event of the run into account and show the result."""
+        event = _escaped(event)
         now = self._clock()
         if self._started is None or isinstance(event, RunStarted):
             self._reset()
@@ -232,7 +235,9 @@ class ConsoleProgress:
         return status
 
     def _write(self, text: str) -> None:
-        self._stream.write(text)
+        # Names were escaped with the event; what is left is an error's first line and
+        # type name. The reporter's own line breaks and carriage returns stay.
+        self._stream.write(one_line(text, keep="\r\n"))
         self._stream.flush()
 
 
@@ -299,3 +304,25 @@ def _total_cost(error: BaseException, fallback: TokenUsage) -> TokenUsage:
     if isinstance(error, WorkflowFailed):
         return error.checkpoint.cost
     return fallback
+
+
+def _escaped(event: Event) -> Event:
+    """``event`` with its names shown as `show` shows them, its other text on one line.
+
+    Names are escaped, not just their line breaks, because the live line's own
+    carriage returns and newlines must be the only ones on the stream. `show` never
+    shows two names alike, so the counts by name stay right.
+    """
+    changes: dict[str, Any] = {}
+    if not event.run_id.isprintable():
+        changes["run_id"] = one_line(event.run_id)
+    step = getattr(event, "step", None)
+    if isinstance(step, str) and show(step) != step:
+        changes["step"] = show(step)
+    reason = getattr(event, "reason", None)
+    if isinstance(reason, str) and not reason.isprintable():
+        changes["reason"] = one_line(reason)
+    recorded = getattr(event, "recorded", None)
+    if isinstance(recorded, tuple) and any(show(name) != name for name in recorded):
+        changes["recorded"] = tuple(show(name) for name in recorded)
+    return dataclasses.replace(event, **changes) if changes else event

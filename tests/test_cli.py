@@ -666,7 +666,7 @@ def _read_until(fd: int, ending: str) -> str:
 
 def test_the_live_progress_line_on_a_terminal_escapes_names_too(tmp_path: Path) -> None:
     """On a terminal the reporter redraws one line with carriage returns; those stay."""
-    from executionkit._cli._progress import terminal_safe_progress  # noqa: PLC0415
+    from executionkit.progress import ConsoleProgress  # noqa: PLC0415
 
     write(tmp_path, "hostile_live.py", HOSTILE_NAMES)
     spec = importlib.util.spec_from_file_location("hostile_live", tmp_path / "hostile_live.py")
@@ -679,7 +679,7 @@ def test_the_live_progress_line_on_a_terminal_escapes_names_too(tmp_path: Path) 
         with os.fdopen(terminal, "w", encoding="utf-8", closefd=False) as stream:
             assert stream.isatty()
             with pytest.raises(WorkflowFailed):
-                module.workflow.run_sync(on_event=terminal_safe_progress(stream))
+                module.workflow.run_sync(on_event=ConsoleProgress(stream))
         shown = _read_until(controller, "failed: WorkflowFailed")
     finally:
         os.close(controller)

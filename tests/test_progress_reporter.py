@@ -401,3 +401,26 @@ def test_the_live_default_follows_the_stream() -> None:
     reporter = ConsoleProgress(forced, live=False, clock=FakeClock())
     reporter(ev.RunStarted(RUN, 1, (), resumed=False))
     assert forced.getvalue() == "executionkit: run r1 started: 1 step\n"
+
+
+async def test_names_and_messages_that_would_drive_a_terminal_are_escaped() -> None:
+    """Used straight from Python, the reporter never writes an escape sequence or a stray line."""
+    stream = io.StringIO()
+
+    def fails(ctx: object) -> None:
+        msg = "\x1b]0;pwned\x07 \u202eevil \x9b2J"
+        raise ValueError(msg)
+
+    workflow = Workflow(
+        [
+            Step("ok\x1b[2J\nname", lambda ctx: 1),
+            Step("bad\rname", fails, depends_on=("ok\x1b[2J\nname",)),
+        ]
+    )
+    with pytest.raises(WorkflowFailed):
+        await workflow.run(on_event=ConsoleProgress(stream))
+    lines = stream.getvalue().splitlines()
+    assert all(line.isprintable() for line in lines), lines
+    assert lines[1].startswith('executionkit: "ok\\u001b[2J\\nname" finished in ')
+    assert lines[2].startswith('executionkit: "bad\\rname" failed after ')
+    assert "ValueError: \\x1b]0;pwned\\x07 \\u202eevil \\x9b2J" in lines[2]

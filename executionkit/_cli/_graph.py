@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 from executionkit._cli._exits import EXIT_OK
 from executionkit._cli._load import load_workflow
 from executionkit._cli._location import DatabaseLocation, parse_location
-from executionkit._cli._text import one_line, out, say, show
+from executionkit._cli._text import out, say
+from executionkit._terminal import one_line, show
 
 if TYPE_CHECKING:
     import argparse

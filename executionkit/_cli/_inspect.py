@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 from executionkit._cli._exits import EXIT_OK, CliError
 from executionkit._cli._load import load_workflow
 from executionkit._cli._location import DatabaseLocation, parse_location
-from executionkit._cli._text import json_document, one_line, out, preview, show
+from executionkit._cli._text import json_document, out, preview
+from executionkit._terminal import one_line, show
 
 if TYPE_CHECKING:
     import argparse

@@ -15,8 +15,8 @@ from executionkit._cli._exits import (
 )
 from executionkit._cli._load import load_workflow, read_inputs
 from executionkit._cli._location import DatabaseLocation, parse_location
-from executionkit._cli._progress import terminal_safe_progress
-from executionkit._cli._text import error_text, json_document, out, say, show
+from executionkit._cli._text import error_text, json_document, out, say
+from executionkit._terminal import show
 
 if TYPE_CHECKING:
     import argparse
@@ -73,6 +73,7 @@ def _run(
 ) -> int:
     """Run ``workflow``; report how it ended and return the exit code."""
     from executionkit._errors import RunArgumentError, WorkflowFailed  # noqa: PLC0415
+    from executionkit.progress import ConsoleProgress  # noqa: PLC0415
 
     total = len(workflow.steps)
     try:
@@ -85,7 +86,7 @@ def _run(
             metadata={"workflow": args.workflow} if resume is None else None,
             # Outputs that could not be written to the file fail their step at once.
             validate_json=saver is not None,
-            on_event=terminal_safe_progress(sys.stderr),
+            on_event=ConsoleProgress(sys.stderr),  # escapes names and messages itself
             rerun=args.rerun or None,
             unknown_steps="discard" if args.discard_unknown_steps else "error",
             # Steps are expensive: each one is saved as it completes, not with its batch.

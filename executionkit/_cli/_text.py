@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
+from executionkit._terminal import json_text, one_line
+
 PREVIEW_CHARS = 60
 """Longest preview of an output, progress value or metadata in ``inspect``."""
 
@@ -19,45 +21,6 @@ def out(text: str) -> None:
     """Write ``text`` and a newline to stdout."""
     sys.stdout.write(f"{text}\n")
     sys.stdout.flush()
-
-
-def one_line(text: str, *, keep: str = "") -> str:
-    r"""``text`` with line breaks and other unprintable characters escaped.
-
-    This is what makes text from a checkpoint file, a step name or an error message
-    safe to print: escape sequences (C0 and C1 controls), bidirectional overrides and
-    line breaks come out as ``\x1b``, ``\u202e``, ``\n``. Characters in ``keep``
-    are left alone (the progress reporter's own line breaks).
-    """
-    if text.isprintable() and not keep:
-        return text
-    return "".join(
-        char
-        if char.isprintable() or char in keep
-        else char.encode("unicode_escape").decode("ascii")
-        for char in text
-    )
-
-
-def show(name: str) -> str:
-    """A name as typed, or JSON-quoted when it has blanks at the ends or odd characters.
-
-    A name that starts with a double quote is quoted too, so that no two names are
-    ever shown alike.
-    """
-    if name and name.isprintable() and name.strip() == name and not name.startswith('"'):
-        return name
-    return one_line(json_text(name))
-
-
-def json_text(value: object) -> str:
-    """``value`` as JSON text, or its ``repr`` where JSON cannot hold it."""
-    try:
-        return json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        return repr(value)
-    except RecursionError:  # repr would recurse as deeply
-        return f"({type(value).__name__} nested too deeply to show)"
 
 
 def json_document(value: object) -> str:
