@@ -605,7 +605,7 @@ def test_sqlite_refuses_memory_databases_and_checkpoints_without_run_id(tmp_path
     with pytest.raises(ValueError) as caught:
         SQLiteStore(":memory:")
     assert str(caught.value) == (
-        "SQLiteStore needs a database file: every call opens its own connection"
+        "SQLiteStore needs a database file: each thread opens its own connection"
     )
     store = SQLiteStore(tmp_path / "runs.db")
     legacy = WorkflowCheckpoint(0, {}, TokenUsage(), version=0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,10 +40,11 @@ class SQLiteStore:
     not grow with the length of the run. Each save is one ``BEGIN IMMEDIATE``
     transaction that reads the stored ``seq`` of the checkpoint's run and
     writes only if the new ``seq`` is higher, so a stale writer, in another
-    thread or process, gets `StaleCheckpointError` and changes nothing. Every
-    call opens its own connection (waiting up to ``timeout`` for another
-    writer's lock), so one store can be shared by threads, and processes can
-    each open their own on the same file.
+    thread or process, gets `StaleCheckpointError` and changes nothing. Each
+    thread uses its own connection, kept open between calls (`close` closes
+    them) and reopened if the file is replaced or the process forks; it waits
+    up to ``timeout`` for another writer's lock. So one store can be shared by
+    threads, and processes can each open their own on the same file.
 
     The database is put in WAL mode (readers never block the writer). With
     ``synchronous="FULL"`` (the default) a save returns once its checkpoint is
@@ -107,7 +109,7 @@ class SQLiteStore:
     ) -> None:
         """Store checkpoints in the SQLite database at ``path``."""
         if os.fspath(path) == ":memory:":
-            msg = "SQLiteStore needs a database file: every call opens its own connection"
+            msg = "SQLiteStore needs a database file: each thread opens its own connection"
             raise ValueError(msg)
         if synchronous not in _SYNCHRONOUS:
             msg = f"SQLiteStore: synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}"
@@ -117,6 +119,9 @@ class SQLiteStore:
         self.timeout = timeout
         self.synchronous = synchronous
         self._sql = SqlCheckpoints(repr(self), _DIALECT, keeps_history=history)
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._connections: list[sqlite3.Connection] = []
 
     def __repr__(self) -> str:
         """Show the path."""
@@ -258,7 +263,8 @@ class SQLiteStore:
                 self._sql.check_version(connection)
                 yield connection
             finally:
-                connection.execute("ROLLBACK")
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[sqlite3.Connection | None]:
@@ -275,29 +281,73 @@ class SQLiteStore:
                 self._sql.check_version(connection)
                 yield connection
 
+    def close(self) -> None:
+        """Close the connections this store keeps open (one per thread that used it).
+
+        Optional: they close when the store is garbage-collected, and the next
+        call opens a new one.
+        """
+        with self._lock:
+            connections, self._connections = self._connections, []
+        for connection in connections:
+            connection.close()
+
     @contextlib.contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        """A connection to the database, with damage reported as `CheckpointFormatError`."""
+        """This thread's connection, with damage reported as `CheckpointFormatError`.
+
+        Kept open between calls: closing the last connection to a WAL database
+        checkpoints and deletes its log, an fsync-heavy cost every save would pay.
+        It is opened anew whenever the file at ``path`` is another one (replaced,
+        deleted) or the process forked.
+        """
         import sqlite3  # noqa: PLC0415 - only SQLite users pay for loading it
 
         try:
-            mode = self.path.stat().st_mode
+            stat = self.path.stat()
         except FileNotFoundError:
-            pass  # a save creates the database
+            identity = None  # a save creates the database
         else:  # SQLite would wait forever reading a FIFO
-            check_regular(mode, self.path, f"{self!r}: not a database file")
-        connection = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
-        connection.text_factory = _text_or_bytes
+            check_regular(stat.st_mode, self.path, f"{self!r}: not a database file")
+            identity = (stat.st_dev, stat.st_ino)
+        key = (os.getpid(), identity)
+        held: tuple[object, sqlite3.Connection] | None = getattr(self._local, "held", None)
+        if held is not None and held[0] != key:
+            self._local.held = None
+            self._forget(held[1])
+            held = None
+        if held is None:
+            connection = sqlite3.connect(
+                self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+            )
+            connection.text_factory = _text_or_bytes
+            with self._lock:
+                self._connections.append(connection)
+            held = (key, connection)
+        connection = held[1]
+        self._local.held = None  # until this call ends well
         try:
             connection.execute(f"PRAGMA synchronous = {self.synchronous}")
             yield connection
         except sqlite3.DatabaseError as exc:
+            self._forget(connection)
             # Not OperationalError in general: a database locked too long stays one.
             if getattr(exc, "sqlite_errorcode", -1) & 0xFF not in _DAMAGED:
                 raise
             raise CheckpointFormatError(f"{self!r}: not an SQLite database ({exc})") from exc
-        finally:
-            connection.close()
+        except BaseException:
+            if connection.in_transaction:  # interrupted mid-transaction: start afresh
+                self._forget(connection)
+            else:  # refused (a stale writer) or failed in Python: rolled back already
+                self._local.held = held
+            raise
+        self._local.held = held
+
+    def _forget(self, connection: sqlite3.Connection) -> None:
+        with self._lock:
+            if connection in self._connections:
+                self._connections.remove(connection)
+        connection.close()
 
 
 def _use_wal(connection: sqlite3.Connection) -> None:
