@@ -127,11 +127,23 @@ class Known:
     """A run's latest checkpoint as this store object wrote it: its live output names."""
 
     run_id: str
+    lineage: object  # what every checkpoint of the run that wrote it shares, or None
     seq: int
     written: int
     next_ord: int
     names: list[str]
     ords: dict[str, int]
+
+
+def lineage(checkpoint: WorkflowCheckpoint) -> object:
+    """What every checkpoint taken by one run shares (its output log), or None.
+
+    Only checkpoints `Workflow.run` takes have one (`trusted_checkpoint`'s
+    ``_shared``); their outputs only ever grow, by the names in ``new_outputs``.
+    The store holds it (one per cached run) to know a checkpoint comes from the
+    run that wrote the stored one.
+    """
+    return vars(checkpoint).get("_shared")
 
 
 class SqlCheckpoints:
@@ -214,7 +226,7 @@ class SqlCheckpoints:
         done = db.execute(update, (seq, next_ord, run_id, seq)).fetchone()
         if done is None:  # pragma: no cover - the lock makes this unreachable
             raise stale(self.name, checkpoint, stored_seq)
-        return Known(run_id, seq, done[0], next_ord, names, ords)
+        return Known(run_id, lineage(checkpoint), seq, done[0], next_ord, names, ords)
 
     def committed(self, known: Known | None) -> None:
         """Remember what a save committed, for the next save's fast path."""
@@ -231,13 +243,17 @@ class SqlCheckpoints:
         """Whether ``checkpoint`` only appends ``new_outputs`` to what this object wrote last.
 
         True when the stored checkpoint is the one this object wrote (same seq and
-        save counter), ``checkpoint`` is the next ``seq`` (so its ``new_outputs``
-        covers everything recorded since), and its outputs are exactly those plus the
-        new ones. Everything else takes the slow path, which compares outputs.
+        save counter), taken by the same run (whose checkpoints only ever append
+        outputs, and name them in ``new_outputs``), ``checkpoint`` is the next
+        ``seq`` (so ``new_outputs`` covers everything recorded since), and the
+        counts agree. Everything else takes the slow path, which compares outputs:
+        a checkpoint from ``from_dict`` (no ``new_outputs``), or made by hand.
         """
         new = checkpoint.new_outputs
         return (
-            known.seq == stored_seq
+            known.lineage is not None
+            and lineage(checkpoint) is known.lineage
+            and known.seq == stored_seq
             and known.written == written
             and checkpoint.seq == stored_seq + 1
             and len(checkpoint.outputs) == len(known.names) + len(new)

@@ -122,6 +122,7 @@ class SQLiteStore:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
+        self._generation = 0
 
     def __repr__(self) -> str:
         """Show the path."""
@@ -289,6 +290,7 @@ class SQLiteStore:
         """
         with self._lock:
             connections, self._connections = self._connections, []
+            self._generation += 1  # threads holding one of them open a new one
         for connection in connections:
             connection.close()
 
@@ -310,7 +312,7 @@ class SQLiteStore:
         else:  # SQLite would wait forever reading a FIFO
             check_regular(stat.st_mode, self.path, f"{self!r}: not a database file")
             identity = (stat.st_dev, stat.st_ino)
-        key = (os.getpid(), identity)
+        key = (os.getpid(), identity, self._generation)
         held: tuple[object, sqlite3.Connection] | None = getattr(self._local, "held", None)
         if held is not None and held[0] != key:
             self._local.held = None
