@@ -258,3 +258,25 @@ def test_targets_it_cannot_use_and_passwords_in_messages() -> None:
     assert repr(PostgresStore("host=db password=s3cret user=me")) == (
         "PostgresStore('host=db password=*** user=me')"
     )
+
+
+def test_a_pool_or_a_connection_you_own_work_as_a_connection_string_does(pg_uri: str) -> None:
+    from psycopg_pool import ConnectionPool  # noqa: PLC0415
+
+    taken = chain_checkpoints(3)
+    with ConnectionPool(pg_uri, min_size=1, max_size=2, open=True) as pool:
+        pooled = PostgresStore(pool, history=True)
+        assert repr(pooled) == "PostgresStore(<ConnectionPool>)"
+        for checkpoint in taken[:2]:
+            pooled(checkpoint)
+        assert_exact(pooled.history("w"), taken[:2])
+    with psycopg.connect(pg_uri) as owned:  # not autocommit: a save joins your transaction
+        mine = PostgresStore(owned)
+        with owned.transaction():
+            mine(taken[2])
+            with pytest.raises(StaleCheckpointError):
+                mine(taken[0])
+        assert_exact([mine.load()], taken[2:])
+    other = PostgresStore(pg_uri)
+    assert_exact([other.load()], taken[2:])
+    other.close()
