@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import random
@@ -26,8 +27,15 @@ if TYPE_CHECKING:
 def story_workflow(*, fail: bool, variant: str, extra: bool = True) -> Workflow:
     """a -> b -> c -> z, and a -> d or z -> e; c saves progress and fails when ``fail``."""
 
+    landed = asyncio.Event()
+
+    def f(ctx: Any) -> str:
+        landed.set()
+        return f"f{variant}:{ctx['b']}"
+
     async def c(ctx: Any) -> PatternResult[str]:
         if fail:
+            await landed.wait()  # f, in c's batch, finished: the progress checkpoint has it
             await current_step().save_progress({"done": 1, "of": 3})
             msg = "the model timed out"
             raise RuntimeError(msg)
@@ -37,6 +45,7 @@ def story_workflow(*, fail: bool, variant: str, extra: bool = True) -> Workflow:
         Step("a", lambda _ctx: {"text": "Grüße", "n": [1, None]}, version="v1"),
         Step("b", lambda ctx: f"b{variant}:{ctx['a']['text']}", depends_on=("a",)),
         Step("c", c, depends_on=("b",)),
+        Step("f", f, depends_on=("b",)),
     ]
     if extra:
         steps.append(Step("d", lambda _ctx: ["d", variant], depends_on=("a",)))

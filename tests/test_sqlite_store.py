@@ -40,11 +40,13 @@ def test_every_checkpoint_of_a_run_that_fails_resumes_reruns_and_discards_is_reb
     store = SQLiteStore(tmp_path / "runs.db", history=history)
     taken = run_story(store, lambda: store.load("story"))
     assert [c.seq for c in taken] == list(range(1, len(taken) + 1))
-    assert any(c.progress for c in taken)  # the failure saved progress
+    # Mid-batch, c saved progress after f landed: f is in that checkpoint's outputs
+    # before the run's log holds it.
+    assert any(c.progress and c.new_outputs == ("f",) for c in taken)
     assert [list(c.outputs) for c in taken[-3:]] == [
-        ["a", "d", "b", "c"],  # b and c replaced by the rerun, moved to the end
-        ["a", "d", "b", "c", "z"],
-        ["a", "b", "c", "z", "e"],  # d discarded
+        ["a", "d", "b", "c", "f"],  # b, c and f replaced by the rerun, moved to the end
+        ["a", "d", "b", "c", "f", "z"],
+        ["a", "b", "c", "f", "z", "e"],  # d discarded
     ]
     assert_exact(store.history("story"), taken if history else taken[-1:])
     assert_exact([store.load("story")], taken[-1:])

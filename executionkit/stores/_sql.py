@@ -192,12 +192,12 @@ class SqlCheckpoints:
         db.execute(_NEW_RUN, (run_id,))  # so that there is a row to lock
         stored_seq, written, next_ord = self._run_row(db, run_id)
         if stored_seq >= 0:
-            stored_header = self._read_header(db, run_id, stored_seq)
+            # Damage is reported, never written over: the stored header must read back.
+            self._read_header(db, run_id, stored_seq)
             if checkpoint.seq <= stored_seq:
                 if checkpoint.seq == stored_seq and self._same(db, run_id, checkpoint, stored_seq):
                     return None  # the same checkpoint again: nothing to do
                 raise stale(self.name, checkpoint, stored_seq)
-            del stored_header  # read only to refuse replacing a damaged checkpoint
         with self._lock:  # a thread saving the same run meanwhile takes the slow path
             known = self._known.pop(run_id, None)
         seq = checkpoint.seq
