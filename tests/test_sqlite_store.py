@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import signal
 import sqlite3
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -278,3 +279,23 @@ def test_a_worker_killed_inside_a_save_leaves_the_previous_checkpoint(tmp_path: 
     assert_exact([store.load()], taken[:1])
     store(taken[1])  # the lock died with the worker
     assert_exact([store.load()], taken[1:])
+
+
+def test_a_forked_child_opens_its_own_connection_and_leaves_the_parents_alone(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteStore(tmp_path / "runs.db")
+    taken = chain_checkpoints(3)
+    store(taken[0])
+    context = multiprocessing.get_context("fork")
+    child = context.Process(target=store, args=(taken[1],))
+    with warnings.catch_warnings():
+        # Python 3.12+ warns about forking a process with threads; this test forks on
+        # purpose, as a worker pool of the user's would.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        child.start()
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    assert_exact([store.load()], taken[1:2])  # the parent's connection still works
+    store(taken[2])
+    assert_exact([SQLiteStore(store.path).load()], taken[2:])

@@ -30,6 +30,8 @@ _OLD_TABLE = "executionkit_checkpoints"
 # (sqlite3.SQLITE_NOTADB and SQLITE_CORRUPT, named here so that importing sqlite3 waits).
 _DAMAGED = frozenset({26, 11})
 _SYNCHRONOUS = ("FULL", "NORMAL")
+# Connections a forked child inherited: kept referenced, never closed (see _forget).
+_INHERITED: list[object] = []
 
 
 class SQLiteStore:
@@ -122,6 +124,7 @@ class SQLiteStore:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
+        self._opened_by: dict[int, int] = {}  # id(connection) -> the pid that opened it
         self._generation = 0
 
     def __repr__(self) -> str:
@@ -292,7 +295,12 @@ class SQLiteStore:
             connections, self._connections = self._connections, []
             self._generation += 1  # threads holding one of them open a new one
         for connection in connections:
-            connection.close()
+            self._forget(connection)
+
+    def __del__(self) -> None:
+        """Close the connections this store opened (Python 3.13 warns about open ones)."""
+        with contextlib.suppress(Exception):
+            self.close()
 
     @contextlib.contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -325,6 +333,7 @@ class SQLiteStore:
             connection.text_factory = _text_or_bytes
             with self._lock:
                 self._connections.append(connection)
+                self._opened_by[id(connection)] = os.getpid()
             held = (key, connection)
         connection = held[1]
         self._local.held = None  # until this call ends well
@@ -349,7 +358,13 @@ class SQLiteStore:
         with self._lock:
             if connection in self._connections:
                 self._connections.remove(connection)
-        connection.close()
+        if self._opened_by.get(id(connection)) == os.getpid():
+            connection.close()
+        else:
+            # Opened before a fork: closing it here could checkpoint and delete the WAL
+            # under the parent's feet (SQLite: never use a connection across fork).
+            _INHERITED.append(connection)
+        self._opened_by.pop(id(connection), None)
 
 
 def _use_wal(connection: sqlite3.Connection) -> None:
