@@ -366,13 +366,22 @@ class SqlCheckpoints:
         headers = db.execute(_HEADERS, (run_id,)).fetchall()
         if not headers:
             return []
-        rows = db.execute(_ALL_ROWS, (run_id,)).fetchall()
+        # Each row is decoded once and its output shared by the checkpoints that hold
+        # it, as the checkpoints a run takes share their outputs.
+        rows = [
+            (
+                self._entry(run_id, name, value),
+                self._int(run_id, "added seq", added),
+                None if dropped is None else self._int(run_id, "dropped seq", dropped),
+            )
+            for name, value, added, dropped in db.execute(_ALL_ROWS, (run_id,)).fetchall()
+        ]
         result = []
         for seq, header in headers:
             at = self._int(run_id, "seq", seq)
             visible = [
-                (name, value)
-                for name, value, added, dropped in rows
+                entry
+                for entry, added, dropped in rows
                 if added <= at and (dropped is None or dropped > at)
             ]
             result.append(self._rebuild(run_id, self._parse_header(run_id, header), visible))
@@ -416,8 +425,9 @@ class SqlCheckpoints:
 
     # --- decoding -------------------------------------------------------------------
 
-    def _as_of(self, db: Database, run_id: str, seq: int) -> list[tuple[object, object]]:
-        return [tuple(row) for row in db.execute(_AS_OF, (run_id, seq, seq)).fetchall()]
+    def _as_of(self, db: Database, run_id: str, seq: int) -> list[tuple[str, Any, Any]]:
+        rows = db.execute(_AS_OF, (run_id, seq, seq)).fetchall()
+        return [self._entry(run_id, name, value) for name, value in rows]
 
     def _read_header(self, db: Database, run_id: str, seq: int) -> dict[str, Any]:
         row = db.execute(_HEADER, (run_id, seq)).fetchone()
@@ -436,24 +446,24 @@ class SqlCheckpoints:
             raise CheckpointFormatError(msg)
         return parsed
 
+    def _entry(self, run_id: str, raw_name: object, value: object) -> tuple[str, Any, Any]:
+        """An output row, decoded: the step name, its output and its step info (or None)."""
+        name = self._text("step name", raw_name)
+        entry = self._json(run_id, f"output of step {name!r}", value)
+        if not (isinstance(entry, list) and len(entry) == 2):  # noqa: PLR2004
+            msg = (
+                f"{self.name}, run {run_id!r}: the stored output of step {name!r} must be a "
+                f"JSON list [output, step info], got {reprlib.repr(entry)}"
+            )
+            raise CheckpointFormatError(msg)
+        return name, entry[0], entry[1]
+
     def _rebuild(
-        self, run_id: str, header: Mapping[str, Any], rows: Sequence[tuple[object, object]]
+        self, run_id: str, header: Mapping[str, Any], entries: Sequence[tuple[str, Any, Any]]
     ) -> WorkflowCheckpoint:
         where = f"{self.name}, run {run_id!r}"
-        outputs: dict[str, Any] = {}
-        infos: dict[str, Any] = {}
-        for raw_name, value in rows:
-            name = self._text("step name", raw_name)
-            entry = self._json(run_id, f"output of step {name!r}", value)
-            if not (isinstance(entry, list) and len(entry) == 2):  # noqa: PLR2004
-                msg = (
-                    f"{where}: the stored output of step {name!r} must be a JSON list "
-                    f"[output, step info], got {reprlib.repr(entry)}"
-                )
-                raise CheckpointFormatError(msg)
-            outputs[name] = entry[0]
-            if entry[1] is not None:
-                infos[name] = entry[1]
+        outputs = {name: output for name, output, _ in entries}
+        infos = {name: info for name, _, info in entries if info is not None}
         data = dict(header)
         data["outputs"] = outputs
         data["step_index"] = len(outputs)
