@@ -29,7 +29,6 @@ from executionkit import (
 )
 from executionkit.stores import JsonFileStore, JsonLinesStore, SQLiteStore, StaleCheckpointError
 from executionkit.stores._common import encode
-from executionkit.stores._sqlite import _UPSERT
 from executionkit.stores._unstorable import unstorable
 
 REFUSED = (
@@ -421,18 +420,26 @@ def test_sqlite_creates_the_documented_tables(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "runs.db", history=True)
     store(checkpoints(1)[0])
     connection = sqlite3.connect(store.path)
+    tables = ("executionkit_schema", "executionkit_runs", "executionkit_headers")
     try:
         columns = {
             table: [row[1] for row in connection.execute(f"PRAGMA table_info({table})")]
-            for table in ("executionkit_checkpoints", "executionkit_checkpoint_history")
+            for table in (*tables, "executionkit_outputs")
         }
-        row = connection.execute("SELECT run_id, seq, written FROM executionkit_checkpoints")
-        assert row.fetchall() == [("r", 1, 1)]
+        runs = connection.execute("SELECT run_id, seq, written, next_ord FROM executionkit_runs")
+        assert runs.fetchall() == [("r", 1, 1, 1)]
+        assert connection.execute("SELECT version FROM executionkit_schema").fetchall() == [(1,)]
+        rows = connection.execute("SELECT ord, name, added, dropped FROM executionkit_outputs")
+        assert rows.fetchall() == [(0, "s0", 1, None)]
+        mode = connection.execute("PRAGMA journal_mode").fetchone()
     finally:
         connection.close()
+    assert mode == ("wal",)
     assert columns == {
-        "executionkit_checkpoints": ["run_id", "seq", "written", "created_at", "data"],
-        "executionkit_checkpoint_history": ["run_id", "seq", "created_at", "data"],
+        "executionkit_schema": ["version"],
+        "executionkit_runs": ["run_id", "seq", "written", "next_ord"],
+        "executionkit_headers": ["run_id", "seq", "created_at", "header"],
+        "executionkit_outputs": ["run_id", "ord", "name", "added", "dropped", "value"],
     }
 
 
@@ -461,20 +468,6 @@ def test_sqlite_stale_writer_on_a_second_connection_is_refused(tmp_path: Path) -
     )
     assert SQLiteStore(path).load("r") == taken[2]
     SQLiteStore(path)(taken[2])  # the same checkpoint again: harmless
-
-
-def test_sqlite_row_guard_holds_even_without_the_check(tmp_path: Path) -> None:
-    """The UPSERT itself never replaces a newer seq (defence in depth)."""
-    store = SQLiteStore(tmp_path / "runs.db")
-    taken = checkpoints(2)
-    store(taken[1])
-    connection = sqlite3.connect(store.path)
-    try:
-        with connection:
-            connection.execute(_UPSERT, ("r", 1, 99, None, json.dumps(taken[0].to_dict())))
-    finally:
-        connection.close()
-    assert store.load() == taken[1]
 
 
 def test_sqlite_waits_for_a_lock_then_fails_clearly(tmp_path: Path) -> None:
@@ -584,7 +577,7 @@ def test_sqlite_damaged_row_is_an_error_naming_the_run(tmp_path: Path) -> None:
     connection = sqlite3.connect(store.path)
     try:
         with connection:
-            connection.execute("UPDATE executionkit_checkpoints SET data = '{\"seq\": 1'")
+            connection.execute("UPDATE executionkit_headers SET header = '{\"seq\": 1'")
     finally:
         connection.close()
     with pytest.raises(CheckpointFormatError) as caught:
@@ -596,7 +589,7 @@ def test_sqlite_damaged_row_is_an_error_naming_the_run(tmp_path: Path) -> None:
     connection = sqlite3.connect(store.path)
     try:
         with connection:
-            connection.execute("UPDATE executionkit_checkpoints SET data = '{\"seq\": 1}'")
+            connection.execute("UPDATE executionkit_headers SET header = '{\"seq\": 1}'")
     finally:
         connection.close()
     with pytest.raises(CheckpointFormatError) as caught:
@@ -612,15 +605,15 @@ def test_sqlite_refuses_memory_databases_and_checkpoints_without_run_id(tmp_path
     with pytest.raises(ValueError) as caught:
         SQLiteStore(":memory:")
     assert str(caught.value) == (
-        "SQLiteStore needs a database file: every call opens its own connection"
+        "SQLiteStore needs a database file: each thread opens its own connection"
     )
     store = SQLiteStore(tmp_path / "runs.db")
     legacy = WorkflowCheckpoint(0, {}, TokenUsage(), version=0)
     with pytest.raises(ValueError) as caught:
         store(legacy)
     assert str(caught.value) == (
-        f"SQLiteStore({str(store.path)!r}) keeps one row per run_id, and this checkpoint has "
-        f"none (an ExecutionKit 0.4 checkpoint?); resume from it and store the run's own"
+        f"SQLiteStore({str(store.path)!r}) keeps checkpoints by run_id, and this checkpoint "
+        f"has none (an ExecutionKit 0.4 checkpoint?); resume from it and store the run's own"
     )
 
 

@@ -183,12 +183,17 @@ def test_json_lines_names_that_are_not_str_are_damage(tmp_path: Path) -> None:
 
 
 def write_row(store: SQLiteStore, data: object, column: str = "data") -> None:
-    """Save a good checkpoint of run 'r', then damage one column of its row."""
+    """Save a good checkpoint of run 'r', then damage one column: its header, seq or run_id."""
     store(two_checkpoints("x")[0])
+    table, name = {
+        "data": ("executionkit_headers", "header"),
+        "seq": ("executionkit_runs", "seq"),
+        "run_id": ("executionkit_runs", "run_id"),
+    }[column]
     connection = sqlite3.connect(store.path)
     try:
         with connection:
-            connection.execute(f"UPDATE executionkit_checkpoints SET {column} = ?", (data,))  # noqa: S608
+            connection.execute(f"UPDATE {table} SET {name} = ?", (data,))  # noqa: S608
     finally:
         connection.close()
 
@@ -265,7 +270,7 @@ def test_sqlite_invalid_utf8_or_non_text_data_is_damage_naming_the_run(tmp_path:
     connection = sqlite3.connect(db.path)
     try:
         with connection:  # the same bytes as TEXT, which sqlite3 cannot decode by itself
-            connection.execute("UPDATE executionkit_checkpoints SET data = CAST(data AS TEXT)")
+            connection.execute("UPDATE executionkit_headers SET header = CAST(header AS TEXT)")
     finally:
         connection.close()
     for read in (db.load, lambda: db.load("r"), lambda: db.history("r")):
@@ -287,16 +292,16 @@ def test_sqlite_invalid_utf8_or_non_text_data_is_damage_naming_the_run(tmp_path:
 def test_sqlite_a_null_checkpoint_in_a_table_made_by_hand_is_damage(tmp_path: Path) -> None:
     """The store creates its tables only if missing; one made without NOT NULL may hold NULL."""
     db = SQLiteStore(tmp_path / "runs.db")
+    db(two_checkpoints("x")[0])
     connection = sqlite3.connect(db.path)
     try:
         with connection:
+            connection.execute("DROP TABLE executionkit_headers")
             connection.execute(
-                "CREATE TABLE executionkit_checkpoints (run_id TEXT PRIMARY KEY, seq INTEGER, "
-                "written INTEGER, created_at TEXT, data TEXT)"
+                "CREATE TABLE executionkit_headers (run_id TEXT, seq INTEGER, created_at TEXT, "
+                "header TEXT)"
             )
-            connection.execute(
-                "INSERT INTO executionkit_checkpoints VALUES ('r', 1, 1, NULL, NULL)"
-            )
+            connection.execute("INSERT INTO executionkit_headers VALUES ('r', 1, NULL, NULL)")
     finally:
         connection.close()
     with pytest.raises(CheckpointFormatError) as caught:
@@ -345,12 +350,14 @@ def test_a_file_that_is_not_an_sqlite_database_is_damage_naming_it(
 def test_sqlite_still_reports_a_locked_database_as_sqlite_does(tmp_path: Path) -> None:
     """Only damage becomes CheckpointFormatError: a lock held too long stays OperationalError."""
     db = SQLiteStore(tmp_path / "runs.db", timeout=0.01)
-    db(two_checkpoints("x")[0])
+    first, second = two_checkpoints("x")
+    db(first)
     blocker = sqlite3.connect(db.path, isolation_level=None)
     try:
         blocker.execute("BEGIN EXCLUSIVE")
         with pytest.raises(sqlite3.OperationalError, match="database is locked"):
-            db.load()
+            db(second)
+        assert db.load() == first  # WAL: readers never wait for a writer
     finally:
         blocker.close()
 
@@ -470,7 +477,7 @@ def test_sqlite_a_damaged_row_is_reported_on_save_never_replaced(
     )
     connection = sqlite3.connect(db.path)
     try:
-        rows = connection.execute("SELECT seq, data FROM executionkit_checkpoints").fetchall()
+        rows = connection.execute("SELECT seq, header FROM executionkit_headers").fetchall()
     finally:
         connection.close()
     assert rows == [(1, '{"torn')]
@@ -489,7 +496,7 @@ def test_sqlite_a_run_id_that_is_not_text_is_damage(tmp_path: Path) -> None:
     connection = sqlite3.connect(db.path)
     try:
         with connection:
-            connection.execute("UPDATE executionkit_checkpoints SET run_id = CAST(run_id AS TEXT)")
+            connection.execute("UPDATE executionkit_runs SET run_id = CAST(run_id AS TEXT)")
     finally:
         connection.close()
     with pytest.raises(CheckpointFormatError) as caught:

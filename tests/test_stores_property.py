@@ -180,16 +180,13 @@ def write_damaged(kind: str, store: Any, data: st.DataObject) -> None:
         lines[number] = data.draw(damaged(json.loads(lines[number])))
         store.path.write_bytes(b"".join(line + b"\n" for line in lines))
     else:
-        table = data.draw(
-            st.sampled_from(["executionkit_checkpoints", "executionkit_checkpoint_history"])
-        )
-        seq = SAMPLES[-1].seq if table == "executionkit_checkpoints" else SAMPLES[0].seq
+        seq = data.draw(st.sampled_from([SAMPLES[-1].seq, SAMPLES[0].seq]))
         text = data.draw(damaged(SAMPLES[-1].to_dict()))
         connection = sqlite3.connect(store.path)
         try:
             with connection:  # stored as TEXT even where the bytes are not UTF-8
                 connection.execute(
-                    f"UPDATE {table} SET data = CAST(? AS TEXT) WHERE seq = ?",  # noqa: S608
+                    "UPDATE executionkit_headers SET header = CAST(? AS TEXT) WHERE seq = ?",
                     (text, seq),
                 )
         finally:

@@ -12,8 +12,11 @@ result = workflow.run_sync(checkpoint_fn=store, resume_from=store.load())
 - `JsonFileStore`: the latest checkpoint as one JSON file, replaced atomically.
 - `JsonLinesStore`: an append-only JSON Lines file that writes only each
   checkpoint's new outputs.
-- `SQLiteStore`: one row per run in an SQLite database, safe for several
-  threads and processes, with optional history.
+- `SQLiteStore`: any number of runs in an SQLite database, written
+  incrementally, safe for several threads and processes, with history and
+  retention.
+- `PostgresStore`: the same in PostgreSQL, for workers on several machines;
+  needs ``pip install 'executionkit[postgres]'`` (psycopg 3), imported on first use.
 
 What every store here guarantees:
 
@@ -45,4 +48,24 @@ from executionkit.stores._json_file import JsonFileStore
 from executionkit.stores._json_lines import JsonLinesStore
 from executionkit.stores._sqlite import SQLiteStore
 
-__all__ = ["JsonFileStore", "JsonLinesStore", "SQLiteStore", "StaleCheckpointError"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from executionkit.stores._postgres import PostgresStore
+
+__all__ = [
+    "JsonFileStore",
+    "JsonLinesStore",
+    "PostgresStore",
+    "SQLiteStore",
+    "StaleCheckpointError",
+]
+
+
+def __getattr__(name: str) -> object:
+    """Load `PostgresStore` on first access (it never imports psycopg before its first call)."""
+    if name == "PostgresStore":
+        from executionkit.stores._postgres import PostgresStore  # noqa: PLC0415
+
+        return PostgresStore
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)

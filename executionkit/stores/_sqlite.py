@@ -1,136 +1,147 @@
-"""`SQLiteStore`: one row per run in an SQLite database, the newest ``seq`` wins."""
+"""`SQLiteStore`: checkpoints of any number of runs in an SQLite database, incrementally."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import reprlib
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from executionkit._checkpoint import WorkflowCheckpoint
 from executionkit._errors import CheckpointFormatError
-from executionkit.stores._common import TOO_DEEP, encode, loads, same_json, stale
 from executionkit.stores._files import check_regular
+from executionkit.stores._sql import Dialect, SqlCheckpoints, tables
 
 if TYPE_CHECKING:
     import sqlite3
     from collections.abc import Iterator
 
-_SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS executionkit_checkpoints (
-        run_id TEXT PRIMARY KEY,
-        seq INTEGER NOT NULL,
-        written INTEGER NOT NULL,
-        created_at TEXT,
-        data TEXT NOT NULL
-    )""",
-    """CREATE INDEX IF NOT EXISTS executionkit_checkpoints_written
-        ON executionkit_checkpoints (written)""",
+    from executionkit._checkpoint import WorkflowCheckpoint
+
+_DIALECT = Dialect(
+    schema=tables("INTEGER"),
+    # BEGIN IMMEDIATE already holds the database's write lock.
+    lock_run="SELECT seq, written, next_ord FROM executionkit_runs WHERE run_id = ?",
+    next_written="(SELECT COALESCE(MAX(written), 0) + 1 FROM executionkit_runs)",
 )
-_HISTORY_SCHEMA = """CREATE TABLE IF NOT EXISTS executionkit_checkpoint_history (
-    run_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    created_at TEXT,
-    data TEXT NOT NULL,
-    PRIMARY KEY (run_id, seq)
-)"""
-_SELECT_ROW = "SELECT seq, data FROM executionkit_checkpoints WHERE run_id = ?"
-_KEEP_REPLACED = """INSERT OR IGNORE INTO executionkit_checkpoint_history
-    SELECT run_id, seq, created_at, data FROM executionkit_checkpoints WHERE run_id = ?"""
-_NEXT_WRITTEN = "SELECT COALESCE(MAX(written), 0) + 1 FROM executionkit_checkpoints"
-# The WHERE clause repeats the seq check the transaction already made: even a
-# writer that skipped it could never replace a newer checkpoint.
-_UPSERT = """INSERT INTO executionkit_checkpoints (run_id, seq, written, created_at, data)
-    VALUES (?, ?, ?, ?, ?)
-    ON CONFLICT (run_id) DO UPDATE SET
-        seq = excluded.seq, written = excluded.written,
-        created_at = excluded.created_at, data = excluded.data
-    WHERE excluded.seq > executionkit_checkpoints.seq"""
-_LOAD_LATEST_RUN = (
-    "SELECT run_id, data FROM executionkit_checkpoints ORDER BY written DESC LIMIT 1"
-)
-_LOAD_RUN = "SELECT run_id, data FROM executionkit_checkpoints WHERE run_id = ?"
-_LOAD_HISTORY = (
-    "SELECT run_id, data FROM executionkit_checkpoint_history WHERE run_id = ? ORDER BY seq"
-)
-_RUN_IDS = "SELECT run_id FROM executionkit_checkpoints ORDER BY written DESC"
+# The table of the first, unreleased SQLiteStore, which rewrote each run's whole JSON.
+_OLD_TABLE = "executionkit_checkpoints"
 # The primary result codes of a file that is not an SQLite database, or a damaged one
 # (sqlite3.SQLITE_NOTADB and SQLITE_CORRUPT, named here so that importing sqlite3 waits).
 _DAMAGED = frozenset({26, 11})
+_SYNCHRONOUS = ("FULL", "NORMAL")
+# Connections a forked child inherited: kept referenced, never closed (see _forget).
+_INHERITED: list[object] = []
 
 
 class SQLiteStore:
-    """Checkpoints in an SQLite database: one row per run, the newest ``seq`` wins.
+    """Checkpoints in an SQLite database, written incrementally, any number of runs.
 
-    Each save runs one ``BEGIN IMMEDIATE`` transaction that reads the stored
-    ``seq`` of the checkpoint's run and writes the checkpoint only if its
-    ``seq`` is newer, so a stale writer can never replace a newer checkpoint,
-    even from another thread or process: it gets `StaleCheckpointError` and
-    the row is untouched. Every call opens its own connection (waiting up to
-    ``timeout`` for another writer's lock), so one store can be shared by
-    threads, and processes can each open their own on the same file. The
-    tables are created on the first save, in the database you name (it may be
+    A save writes one small header row (the checkpoint without its outputs) and
+    one row per output recorded since the previous checkpoint, so its cost does
+    not grow with the length of the run. Each save is one ``BEGIN IMMEDIATE``
+    transaction that reads the stored ``seq`` of the checkpoint's run and
+    writes only if the new ``seq`` is higher, so a stale writer, in another
+    thread or process, gets `StaleCheckpointError` and changes nothing. Each
+    thread uses its own connection, kept open between calls (`close` closes
+    them) and reopened if the file is replaced or the process forks; it waits
+    up to ``timeout`` for another writer's lock. So one store can be shared by
+    threads, and processes can each open their own on the same file.
+
+    The database is put in WAL mode (readers never block the writer). With
+    ``synchronous="FULL"`` (the default) a save returns once its checkpoint is
+    on disk: neither a crash nor a power loss loses it. ``"NORMAL"`` skips that
+    fsync: a process crash still loses nothing, a power loss may lose the last
+    checkpoints (never tearing one); see the how-to for the measured cost.
+
+    The tables, created on the first save in the database you name (it may be
     your application's):
 
     ```sql
-    CREATE TABLE executionkit_checkpoints (
-        run_id TEXT PRIMARY KEY,  -- WorkflowCheckpoint.run_id
-        seq INTEGER NOT NULL,  -- WorkflowCheckpoint.seq
+    CREATE TABLE executionkit_schema (version INTEGER NOT NULL);  -- one row: 1
+    CREATE TABLE executionkit_runs (
+        run_id TEXT PRIMARY KEY,
+        seq INTEGER NOT NULL,  -- the latest checkpoint's seq: the stale-writer fence
         written INTEGER NOT NULL,  -- 1, 2, 3...: the order of the saves, across runs
-        created_at TEXT,  -- WorkflowCheckpoint.created_at
-        data TEXT NOT NULL  -- the checkpoint's to_dict() as JSON
+        next_ord INTEGER NOT NULL  -- the ord of the run's next output row
     );
-    -- with history=True, every checkpoint a save replaced:
-    CREATE TABLE executionkit_checkpoint_history (
+    CREATE TABLE executionkit_headers (  -- one per checkpoint kept
         run_id TEXT NOT NULL,
         seq INTEGER NOT NULL,
         created_at TEXT,
-        data TEXT NOT NULL,
+        header TEXT NOT NULL,  -- to_dict() without outputs and step_index, as JSON
         PRIMARY KEY (run_id, seq)
+    );
+    CREATE TABLE executionkit_outputs (  -- one per output recorded
+        run_id TEXT NOT NULL,
+        ord INTEGER NOT NULL,  -- the order of the outputs in the run
+        name TEXT NOT NULL,
+        added INTEGER NOT NULL,  -- the seq that recorded it
+        dropped INTEGER,  -- the seq from which a resumed run replaced or dropped it
+        value TEXT NOT NULL,  -- [output, step info] as JSON
+        PRIMARY KEY (run_id, ord)
     );
     ```
 
+    The checkpoint of ``seq`` k is its header plus the output rows with
+    ``added <= k`` and no ``dropped <= k``, in ``ord`` order. A database
+    holding the table ``executionkit_checkpoints`` of the first, unreleased
+    SQLiteStore is refused with `CheckpointFormatError`.
+
     Args:
         path: The database file (not ``":memory:"``: each call connects anew).
-        history: Also keep every checkpoint a save replaces; see `history`.
+        history: Keep every checkpoint saved; see `history` and `prune`.
+            Without it a save deletes the checkpoint it replaces.
         timeout: Seconds to wait for another connection's lock before failing
             with `sqlite3.OperationalError`.
+        synchronous: ``"FULL"`` (fsync every save) or ``"NORMAL"``.
 
     Raises:
-        ValueError: If ``path`` is ``":memory:"``.
+        ValueError: If ``path`` is ``":memory:"``, or ``synchronous`` is
+            neither ``"FULL"`` nor ``"NORMAL"``.
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, history: bool = False, timeout: float = 30.0
+        self,
+        path: str | os.PathLike[str],
+        *,
+        history: bool = False,
+        timeout: float = 30.0,
+        synchronous: str = "FULL",
     ) -> None:
         """Store checkpoints in the SQLite database at ``path``."""
         if os.fspath(path) == ":memory:":
-            msg = "SQLiteStore needs a database file: every call opens its own connection"
+            msg = "SQLiteStore needs a database file: each thread opens its own connection"
+            raise ValueError(msg)
+        if synchronous not in _SYNCHRONOUS:
+            msg = f"SQLiteStore: synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}"
             raise ValueError(msg)
         self.path = Path(path)
         self.keeps_history = history
         self.timeout = timeout
-        # The run_id and text of this store's last save. A row still holding exactly that
-        # text is known to be whole, which spares decoding it before replacing it.
-        self._saved: tuple[str, str] | None = None
+        self.synchronous = synchronous
+        self._sql = SqlCheckpoints(repr(self), _DIALECT, keeps_history=history)
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._connections: list[sqlite3.Connection] = []
+        self._opened_by: dict[int, int] = {}  # id(connection) -> the pid that opened it
+        self._generation = 0
 
     def __repr__(self) -> str:
         """Show the path."""
         return f"SQLiteStore({str(self.path)!r})"
 
     def __call__(self, checkpoint: WorkflowCheckpoint) -> None:
-        """Write ``checkpoint`` as its run's row, if its ``seq`` is newer than the stored one.
+        """Write ``checkpoint``, if its ``seq`` is newer than the stored one of its run.
 
         Raises:
-            StaleCheckpointError: If the row holds a newer checkpoint of the run,
-                or a different one with the same ``seq``.
+            StaleCheckpointError: If the database holds a newer checkpoint of the
+                run, or a different one with the same ``seq``.
             CheckpointValueError: If an output (or progress or metadata value)
                 cannot be written as JSON; the message names the step.
-            CheckpointFormatError: If the run's stored row is damaged (it is
-                left as it is rather than replaced), or ``path`` is not an
-                SQLite database, or is a FIFO or a device.
+            CheckpointFormatError: If the run's stored latest checkpoint is
+                damaged (it is left as it is rather than replaced), or ``path``
+                is not an SQLite database of this store, or is a FIFO or a device.
             ValueError: If the checkpoint has no ``run_id`` (an ExecutionKit 0.4
                 checkpoint): resume from it and store the run's own checkpoints.
             sqlite3.OperationalError: If the database stays locked longer than
@@ -139,46 +150,18 @@ class SQLiteStore:
         run_id = checkpoint.run_id
         if run_id is None:
             msg = (
-                f"{self!r} keeps one row per run_id, and this checkpoint has none (an "
+                f"{self!r} keeps checkpoints by run_id, and this checkpoint has none (an "
                 f"ExecutionKit 0.4 checkpoint?); resume from it and store the run's own"
             )
             raise ValueError(msg)
-        text = encode(checkpoint, repr(self)).decode("utf-8")
+        header = self._sql.header(checkpoint)  # before creating the database file
         with self._connect() as connection:
+            _use_wal(connection)
             connection.execute("BEGIN IMMEDIATE")
             with connection:  # commits, or rolls back if anything raises
-                self._write(connection, checkpoint, run_id, text)
-
-    def _write(
-        self,
-        connection: sqlite3.Connection,
-        checkpoint: WorkflowCheckpoint,
-        run_id: str,
-        text: str,
-    ) -> None:
-        """Inside the open transaction: check the stored seq, then write the row."""
-        for statement in _SCHEMA:
-            connection.execute(statement)
-        if self.keeps_history:
-            connection.execute(_HISTORY_SCHEMA)
-        row = connection.execute(_SELECT_ROW, (run_id,)).fetchone()
-        if row is not None and type(row[0]) is not int:
-            msg = (
-                f"{self!r}, run {run_id!r}: the stored seq must be an int, got "
-                f"{type(row[0]).__name__} {reprlib.repr(row[0])}"
-            )
-            raise CheckpointFormatError(msg)
-        if row is not None and self._saved != (run_id, row[1]):
-            self._decode(run_id, row[1])  # damaged data is reported, never replaced
-        if row is not None and checkpoint.seq <= row[0]:
-            if checkpoint.seq == row[0] and same_json(row[1], text):
-                return  # the same checkpoint again: nothing to do
-            raise stale(repr(self), checkpoint, row[0])
-        if row is not None and self.keeps_history:
-            connection.execute(_KEEP_REPLACED, (run_id,))
-        (written,) = connection.execute(_NEXT_WRITTEN).fetchone()
-        connection.execute(_UPSERT, (run_id, checkpoint.seq, written, checkpoint.created_at, text))
-        self._saved = (run_id, text)
+                self._create(connection)
+                known = self._sql.save(connection, checkpoint, run_id, header)
+        self._sql.committed(known)
 
     def load(self, run_id: str | None = None) -> WorkflowCheckpoint | None:
         """Return the latest checkpoint of ``run_id``, or None if none is stored.
@@ -189,113 +172,215 @@ class SQLiteStore:
                 run when the database holds one.
 
         Raises:
-            CheckpointFormatError: If the stored row is not a valid checkpoint
+            CheckpointFormatError: If the stored rows are not a valid checkpoint
                 (the message names the database and the run), or ``path`` is not
-                an SQLite database, or is a FIFO or a device.
+                an SQLite database of this store, or is a FIFO or a device.
         """
-        if not self.path.exists():
-            return None  # rather than create an empty database file
-        with self._connect() as connection:
-            if not _has_table(connection, "executionkit_checkpoints"):
-                return None
-            if run_id is None:
-                row = connection.execute(_LOAD_LATEST_RUN).fetchone()
-            else:
-                row = connection.execute(_LOAD_RUN, (run_id,)).fetchone()
-        return None if row is None else self._decode(row[0], row[1])
+        with self._reading() as connection:
+            return None if connection is None else self._sql.load(connection, run_id)
 
     def history(self, run_id: str) -> list[WorkflowCheckpoint]:
         """Every checkpoint kept for ``run_id``, oldest first, the latest last.
 
         Without ``history=True`` that is just the latest, if any. Checkpoints a
-        save refused as stale are never kept.
+        save refused as stale are never kept, nor those `prune` deleted.
 
         Raises:
-            CheckpointFormatError: As `load` does, for any of the rows.
+            CheckpointFormatError: As `load` does, for any of the checkpoints.
         """
-        if not self.path.exists():
-            return []
-        rows: list[tuple[str, str]] = []
-        with self._connect() as connection:
-            if _has_table(connection, "executionkit_checkpoint_history"):
-                rows.extend(connection.execute(_LOAD_HISTORY, (run_id,)).fetchall())
-            if _has_table(connection, "executionkit_checkpoints"):
-                rows.extend(connection.execute(_LOAD_RUN, (run_id,)).fetchall())
-        return [self._decode(row_run_id, data) for row_run_id, data in rows]
+        with self._reading() as connection:
+            return [] if connection is None else self._sql.history(connection, run_id)
 
     def run_ids(self) -> list[str]:
         """The run_ids with a stored checkpoint, the most recently saved first.
 
         Raises:
-            CheckpointFormatError: If ``path`` is not an SQLite database, is a
-                FIFO or a device, or a stored run_id is not text.
+            CheckpointFormatError: If ``path`` is not an SQLite database of this
+                store, is a FIFO or a device, or a stored run_id is not text.
         """
+        with self._reading() as connection:
+            return [] if connection is None else self._sql.run_ids(connection)
+
+    def prune(self, run_id: str | None = None, *, keep_last: int = 1) -> int:
+        """Delete all but the last ``keep_last`` checkpoints of a run, or of every run.
+
+        The latest checkpoint of a run is always kept (so is its stale-writer
+        fence); output rows no kept checkpoint needs go too. Use `delete` to
+        remove a whole run.
+
+        Args:
+            run_id: The run to prune; ``None`` (default) prunes every run.
+            keep_last: How many of the newest checkpoints of each run to keep,
+                at least 1.
+
+        Returns:
+            The number of checkpoints deleted.
+
+        Raises:
+            ValueError: If ``keep_last`` is less than 1.
+        """
+        check_keep_last(keep_last, self)
+        with self._writing() as connection:
+            if connection is None:
+                return 0
+            runs = self._sql.run_ids(connection) if run_id is None else [run_id]
+            return self._sql.prune(connection, runs, keep_last)
+
+    def delete(self, run_id: str) -> bool:
+        """Delete every checkpoint of ``run_id``; return whether it had any.
+
+        The run's stale-writer fence goes with it: a worker still running it
+        would start storing it afresh, so delete only runs no one runs.
+        """
+        with self._writing() as connection:
+            return False if connection is None else self._sql.delete(connection, run_id)
+
+    def _create(self, connection: sqlite3.Connection) -> None:
+        self._refuse_old(connection)
+        if _has_table(connection, "executionkit_schema"):
+            self._sql.check_version(connection)
+        else:
+            self._sql.create(connection)
+
+    def _refuse_old(self, connection: sqlite3.Connection) -> None:
+        if _has_table(connection, _OLD_TABLE):
+            msg = (
+                f"{self!r}: the database holds the table {_OLD_TABLE} of an unreleased "
+                f"SQLiteStore that wrote each run's whole JSON; this version reads only its "
+                f"own tables: save into a new database file"
+            )
+            raise CheckpointFormatError(msg)
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection | None]:
+        """A connection in a read transaction (one snapshot), or None if nothing is stored."""
         if not self.path.exists():
-            return []
+            yield None  # rather than create an empty database file
+            return
         with self._connect() as connection:
-            if not _has_table(connection, "executionkit_checkpoints"):
-                return []
-            run_ids = [row[0] for row in connection.execute(_RUN_IDS)]
-        for run_id in run_ids:
-            if not isinstance(run_id, str):
-                msg = f"{self!r}: a stored run_id is not text: {reprlib.repr(run_id)}"
-                raise CheckpointFormatError(msg)
-        return run_ids
+            connection.execute("BEGIN")
+            try:
+                self._refuse_old(connection)
+                if not _has_table(connection, "executionkit_schema"):
+                    yield None
+                    return
+                self._sql.check_version(connection)
+                yield connection
+            finally:
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[sqlite3.Connection | None]:
+        if not self.path.exists():
+            yield None
+            return
+        with self._connect() as connection:
+            connection.execute("BEGIN IMMEDIATE")
+            with connection:
+                self._refuse_old(connection)
+                if not _has_table(connection, "executionkit_schema"):
+                    yield None
+                    return
+                self._sql.check_version(connection)
+                yield connection
+
+    def close(self) -> None:
+        """Close the connections this store keeps open (one per thread that used it).
+
+        Optional: they close when the store is garbage-collected, and the next
+        call opens a new one.
+        """
+        with self._lock:
+            connections, self._connections = self._connections, []
+            self._generation += 1  # threads holding one of them open a new one
+        for connection in connections:
+            self._forget(connection)
+
+    def __del__(self) -> None:
+        """Close the connections this store opened (Python 3.13 warns about open ones)."""
+        with contextlib.suppress(Exception):
+            self.close()
 
     @contextlib.contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        """A connection to the database, with damage reported as `CheckpointFormatError`."""
+        """This thread's connection, with damage reported as `CheckpointFormatError`.
+
+        Kept open between calls: closing the last connection to a WAL database
+        checkpoints and deletes its log, an fsync-heavy cost every save would pay.
+        It is opened anew whenever the file at ``path`` is another one (replaced,
+        deleted) or the process forked.
+        """
         import sqlite3  # noqa: PLC0415 - only SQLite users pay for loading it
 
         try:
-            mode = self.path.stat().st_mode
+            stat = self.path.stat()
         except FileNotFoundError:
-            pass  # a save creates the database
+            identity = None  # a save creates the database
         else:  # SQLite would wait forever reading a FIFO
-            check_regular(mode, self.path, f"{self!r}: not a database file")
-        connection = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
-        connection.text_factory = _text_or_bytes
+            check_regular(stat.st_mode, self.path, f"{self!r}: not a database file")
+            identity = (stat.st_dev, stat.st_ino)
+        key = (os.getpid(), identity, self._generation)
+        held: tuple[object, sqlite3.Connection] | None = getattr(self._local, "held", None)
+        if held is not None and held[0] != key:
+            self._local.held = None
+            self._forget(held[1])
+            held = None
+        if held is None:
+            connection = sqlite3.connect(
+                self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+            )
+            connection.text_factory = _text_or_bytes
+            with self._lock:
+                self._connections.append(connection)
+                self._opened_by[id(connection)] = os.getpid()
+            held = (key, connection)
+        connection = held[1]
+        self._local.held = None  # until this call ends well
         try:
+            connection.execute(f"PRAGMA synchronous = {self.synchronous}")
             yield connection
         except sqlite3.DatabaseError as exc:
+            self._forget(connection)
             # Not OperationalError in general: a database locked too long stays one.
             if getattr(exc, "sqlite_errorcode", -1) & 0xFF not in _DAMAGED:
                 raise
             raise CheckpointFormatError(f"{self!r}: not an SQLite database ({exc})") from exc
-        finally:
-            connection.close()
+        except BaseException:
+            if connection.in_transaction:  # interrupted mid-transaction: start afresh
+                self._forget(connection)
+            else:  # refused (a stale writer) or failed in Python: rolled back already
+                self._local.held = held
+            raise
+        self._local.held = held
 
-    def _decode(self, run_id: object, data: object) -> WorkflowCheckpoint:
-        where = f"{self!r}, run {run_id!r}"
-        if isinstance(data, bytes):  # a BLOB, or text that is not UTF-8 (see _text_or_bytes)
-            try:
-                data = data.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                msg = (
-                    f"{where}: the stored checkpoint is not UTF-8 text ({exc.reason} at byte "
-                    f"{exc.start})"
-                )
-                raise CheckpointFormatError(msg) from None
-        if not isinstance(data, str):
-            msg = (
-                f"{where}: the stored checkpoint is not JSON text, got "
-                f"{type(data).__name__} {reprlib.repr(data)}"
-            )
-            raise CheckpointFormatError(msg)
-        try:
-            parsed = loads(data)
-        except json.JSONDecodeError as exc:
-            msg = f"{where}: the stored checkpoint is not valid JSON ({exc})"
-            raise CheckpointFormatError(msg) from None
-        except ValueError as exc:
-            msg = f"{where}: the stored checkpoint is unreadable JSON ({exc})"
-            raise CheckpointFormatError(msg) from None
-        try:
-            return WorkflowCheckpoint.from_dict(parsed)
-        except CheckpointFormatError as exc:
-            raise CheckpointFormatError(f"{where}: {exc}", path=exc.path) from exc
-        except RecursionError:
-            raise CheckpointFormatError(f"{where}: {TOO_DEEP}") from None
+    def _forget(self, connection: sqlite3.Connection) -> None:
+        with self._lock:
+            if connection in self._connections:
+                self._connections.remove(connection)
+        if self._opened_by.get(id(connection)) == os.getpid():
+            connection.close()
+        else:
+            # Opened before a fork: closing it here could checkpoint and delete the WAL
+            # under the parent's feet (SQLite: never use a connection across fork).
+            _INHERITED.append(connection)
+        self._opened_by.pop(id(connection), None)
+
+
+def _use_wal(connection: sqlite3.Connection) -> None:
+    """Put the database in WAL mode: readers then never block the writer.
+
+    The mode is persistent, and only settable outside a transaction, so once per
+    database. Switching needs the database to itself; if another connection holds
+    a lock meanwhile, this save runs in the current mode (either is safe) and a
+    later one switches.
+    """
+    import sqlite3  # noqa: PLC0415 - loaded already by _connect
+
+    if connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+        return
+    with contextlib.suppress(sqlite3.OperationalError):
+        connection.execute("PRAGMA journal_mode = WAL")
 
 
 def _text_or_bytes(data: bytes) -> str | bytes:
@@ -309,3 +394,10 @@ def _text_or_bytes(data: bytes) -> str | bytes:
 def _has_table(connection: sqlite3.Connection, name: str) -> bool:
     query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
     return connection.execute(query, (name,)).fetchone() is not None
+
+
+def check_keep_last(keep_last: object, store: object) -> None:
+    """Refuse a ``keep_last`` that would delete a run's latest checkpoint."""
+    if type(keep_last) is not int or keep_last < 1:
+        msg = f"{store!r}.prune: keep_last must be an int of at least 1, got {keep_last!r}"
+        raise ValueError(msg)

@@ -1,0 +1,280 @@
+"""`PostgresStore`: checkpoints of any number of runs in PostgreSQL, incrementally (psycopg 3)."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from executionkit.stores._sql import Dialect, SqlCheckpoints, tables
+from executionkit.stores._sqlite import check_keep_last
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
+    from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit.stores._sql import Rows
+
+_DIALECT = Dialect(
+    schema=(
+        *tables("BIGINT"),
+        "CREATE SEQUENCE IF NOT EXISTS executionkit_written",
+    ),
+    # Another worker saving the same run waits here until this transaction ends,
+    # then reads the seq it committed: the stale-writer fence.
+    lock_run="SELECT seq, written, next_ord FROM executionkit_runs WHERE run_id = ? FOR UPDATE",
+    next_written="nextval('executionkit_written')",
+)
+# Serialises creating the tables: concurrent CREATE ... IF NOT EXISTS can still collide.
+_SCHEMA_LOCK = 0x6578_6B69  # "exki"
+INSTALL = "pip install 'executionkit[postgres]'"
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg  # noqa: PLC0415 - the optional dependency, loaded on first use
+    except ImportError as exc:
+        msg = f"PostgresStore needs psycopg 3, which is not installed: {INSTALL}"
+        raise ImportError(msg) from exc
+    return psycopg
+
+
+class _Adapter:
+    """A psycopg connection seen through the ``?`` placeholders of the shared SQL."""
+
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+
+    def execute(self, sql: str, params: Sequence[object] = ()) -> Rows:
+        return self.connection.execute(sql.replace("?", "%s"), params)  # type: ignore[no-any-return]
+
+
+class PostgresStore:
+    """Checkpoints in PostgreSQL, written incrementally, any number of runs and workers.
+
+    The same tables and rules as `SQLiteStore` (one header row per checkpoint,
+    one row per output recorded, so a save costs the same however long the
+    run), in PostgreSQL through psycopg 3, an optional dependency:
+    ``pip install 'executionkit[postgres]'``. Importing `executionkit.stores`
+    never imports psycopg; the first call does, and fails with `ImportError`
+    naming the extra if it is missing.
+
+    Each save is one transaction that locks the run's row (``SELECT ... FOR
+    UPDATE``) before comparing ``seq``: two workers saving the same run are
+    serialised by the database, and the one that fell behind gets
+    `StaleCheckpointError`, its transaction rolled back. The tables (and the
+    sequence ``executionkit_written``) are created on first use, under an
+    advisory lock, with ``executionkit_schema`` holding their version (1).
+    Reads run in one ``REPEATABLE READ`` snapshot.
+
+    Args:
+        target: A connection string (``"postgresql://user@host/db"``), for
+            which the store opens one connection (autocommit, each call its own
+            transaction) shared by its threads under a lock, reconnecting once
+            if the server closed it (a restart); or a psycopg ``Connection``
+            you own (calls are serialised on it; inside a transaction you
+            opened, a save becomes a savepoint and commits with yours); or a
+            ``psycopg_pool.ConnectionPool``, from which each call borrows one.
+        history: Keep every checkpoint saved; see `history` and `prune`.
+            Without it a save deletes the checkpoint it replaces.
+
+    Raises:
+        TypeError: If ``target`` is none of those.
+    """
+
+    def __init__(self, target: object, *, history: bool = False) -> None:
+        """Store checkpoints in the PostgreSQL database ``target`` reaches."""
+        if isinstance(target, str):
+            self._kind = "conninfo"
+        elif hasattr(target, "transaction") and hasattr(target, "cursor"):
+            self._kind = "connection"
+        elif callable(getattr(target, "connection", None)):
+            self._kind = "pool"
+        else:
+            msg = (
+                f"PostgresStore needs a connection string, a psycopg Connection or a "
+                f"ConnectionPool, got {type(target).__name__}"
+            )
+            raise TypeError(msg)
+        self.target = target
+        self.keeps_history = history
+        self._sql = SqlCheckpoints(repr(self), _DIALECT, keeps_history=history)
+        self._lock = threading.RLock()
+        self._own: Any = None  # the connection opened from a connection string
+        self._ready = False  # tables created (or found) by this store object
+
+    def __repr__(self) -> str:
+        """Show the database, without a password."""
+        if self._kind != "conninfo":
+            return f"PostgresStore(<{type(self.target).__name__}>)"
+        return f"PostgresStore({_without_password(str(self.target))!r})"
+
+    def __call__(self, checkpoint: WorkflowCheckpoint) -> None:
+        """Write ``checkpoint``, if its ``seq`` is newer than the stored one of its run.
+
+        Raises:
+            StaleCheckpointError: If the database holds a newer checkpoint of the
+                run, or a different one with the same ``seq``.
+            CheckpointValueError: If an output (or progress or metadata value)
+                cannot be written as JSON; the message names the step.
+            CheckpointFormatError: If the run's stored latest checkpoint is
+                damaged (it is left as it is), or the tables have another schema
+                version.
+            ValueError: If the checkpoint has no ``run_id``.
+            ImportError: If psycopg is not installed.
+            psycopg.OperationalError: If the server cannot be reached (after one
+                reconnection, for a connection string).
+        """
+        run_id = checkpoint.run_id
+        if run_id is None:
+            msg = (
+                f"{self!r} keeps checkpoints by run_id, and this checkpoint has none (an "
+                f"ExecutionKit 0.4 checkpoint?); resume from it and store the run's own"
+            )
+            raise ValueError(msg)
+        header = self._sql.header(checkpoint)
+
+        def save(db: _Adapter) -> Any:
+            return self._sql.save(db, checkpoint, run_id, header)
+
+        # Retrying after a lost connection is safe: if the first attempt committed,
+        # the second finds the same checkpoint stored and writes nothing.
+        self._sql.committed(self._run(save, write="save"))
+
+    def load(self, run_id: str | None = None) -> WorkflowCheckpoint | None:
+        """Return the latest checkpoint of ``run_id``, or None if none is stored.
+
+        Args:
+            run_id: The run to load. ``None`` (default) loads the latest
+                checkpoint of the run saved to most recently.
+
+        Raises:
+            CheckpointFormatError: If the stored rows are not a valid checkpoint
+                (the message names the store and the run).
+        """
+        found: WorkflowCheckpoint | None = self._run(
+            lambda db: self._sql.load(db, run_id), write=False
+        )
+        return found
+
+    def history(self, run_id: str) -> list[WorkflowCheckpoint]:
+        """Every checkpoint kept for ``run_id``, oldest first, the latest last.
+
+        Raises:
+            CheckpointFormatError: As `load` does, for any of the checkpoints.
+        """
+        found = self._run(lambda db: self._sql.history(db, run_id), write=False)
+        return [] if found is None else found
+
+    def run_ids(self) -> list[str]:
+        """The run_ids with a stored checkpoint, the most recently saved first."""
+        found = self._run(self._sql.run_ids, write=False)
+        return [] if found is None else found
+
+    def prune(self, run_id: str | None = None, *, keep_last: int = 1) -> int:
+        """Delete all but the last ``keep_last`` checkpoints of a run, or of every run.
+
+        As `SQLiteStore.prune`: the latest checkpoint of a run always stays.
+
+        Returns:
+            The number of checkpoints deleted.
+
+        Raises:
+            ValueError: If ``keep_last`` is less than 1.
+        """
+        check_keep_last(keep_last, self)
+
+        def prune(db: _Adapter) -> int:
+            runs = self._sql.run_ids(db) if run_id is None else [run_id]
+            return self._sql.prune(db, runs, keep_last)
+
+        return self._run(prune, write=True) or 0
+
+    def delete(self, run_id: str) -> bool:
+        """Delete every checkpoint of ``run_id``; return whether it had any.
+
+        As `SQLiteStore.delete`: the run's stale-writer fence goes with it.
+        """
+        return bool(self._run(lambda db: self._sql.delete(db, run_id), write=True))
+
+    def close(self) -> None:
+        """Close the connection this store opened from a connection string, if any."""
+        with self._lock:
+            own, self._own = self._own, None
+        if own is not None:
+            own.close()
+
+    def __del__(self) -> None:
+        """Close the connection this store opened, as psycopg asks of its users."""
+        own = getattr(self, "_own", None)
+        if own is not None:
+            with contextlib.suppress(Exception):
+                own.close()
+
+    # --- connections ----------------------------------------------------------------
+
+    def _run(self, work: Any, *, write: str | bool) -> Any:
+        """Run ``work(db)`` in one transaction; None if the tables are absent.
+
+        ``write`` is ``"save"`` (creating the tables if missing), True (prune,
+        delete) or False (a read, in one snapshot).
+        """
+        psycopg = _psycopg()
+        try:
+            return self._attempt(work, write=write)
+        except psycopg.OperationalError:
+            if self._kind != "conninfo" or self._own is None or not self._own.broken:
+                raise
+            self.close()  # the server went away (a restart): reconnect once
+            return self._attempt(work, write=write)
+
+    def _attempt(self, work: Any, *, write: str | bool) -> Any:
+        with self._connection() as connection:
+            idle = connection.info.transaction_status == 0  # psycopg's IDLE
+            with connection.transaction():
+                db = _Adapter(connection)
+                if write == "save":
+                    self._create(db)
+                else:
+                    if idle and not write:  # one snapshot for every query of the read
+                        db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                    found = db.execute("SELECT to_regclass('executionkit_schema')").fetchone()
+                    if found[0] is None:
+                        return None
+                    self._sql.check_version(db)
+                return work(db)
+
+    def _create(self, db: _Adapter) -> None:
+        if self._ready:
+            return
+        db.execute("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK,))
+        self._sql.create(db)
+        self._ready = True
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[Any]:
+        psycopg = _psycopg()
+        if self._kind == "pool":
+            with self.target.connection() as connection:  # type: ignore[attr-defined]
+                yield connection
+            return
+        with self._lock:
+            if self._kind == "connection":
+                yield self.target
+                return
+            if self._own is None or self._own.closed:
+                self._own = psycopg.connect(str(self.target), autocommit=True)
+            yield self._own
+
+
+def _without_password(conninfo: str) -> str:
+    """The connection string with any password masked, for messages (psycopg not needed)."""
+    if "://" in conninfo:
+        parts = urlsplit(conninfo)
+        if parts.password is not None:
+            host = parts.netloc.rsplit("@", 1)[1]
+            conninfo = urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
+        return re.sub(r"(password=)[^&]*", r"\1***", conninfo)
+    return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S*)", r"\1***", conninfo)

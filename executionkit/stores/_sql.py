@@ -1,0 +1,510 @@
+"""What `SQLiteStore` and `PostgresStore` share: the tables, incremental saves, exact rebuilds.
+
+A checkpoint is stored as a small header row (its ``to_dict()`` without
+``outputs``, ``step_index`` and the per-output ``step_info`` entries) plus one
+row per output *version*: the output and its step info, with the ``seq`` that
+recorded it (``added``) and, once a later checkpoint replaced or dropped it,
+the ``seq`` from which it no longer counts (``dropped``). The checkpoint at
+``seq`` k is its header and the rows with ``added <= k`` and no ``dropped`` at
+or before k, in the order they were written (``ord``), which is the order the
+run recorded them. A save therefore writes one header and one row per new
+output, whatever the length of the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import reprlib
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from executionkit._checkpoint import WorkflowCheckpoint
+from executionkit._errors import CheckpointFormatError
+from executionkit.stores._common import TOO_DEEP, dumps, loads, stale
+from executionkit.stores._unstorable import unstorable
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+SCHEMA_VERSION = 1
+# Keys of to_dict() a store derives instead of keeping in the header: the outputs
+# are rows, step_index is their number, and step_info of an output rides with it.
+_DERIVED = ("outputs", "step_index")
+# How many runs' stored state one store object remembers, for its fast path.
+_CACHED_RUNS = 16
+
+
+class Rows(Protocol):
+    """What a DB-API cursor gives back."""
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+
+class Database(Protocol):
+    """A connection inside an open transaction; SQL uses ``?`` placeholders."""
+
+    def execute(self, sql: str, params: Sequence[object] = ()) -> Rows: ...
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """Where SQLite and PostgreSQL differ."""
+
+    schema: tuple[str, ...]  # CREATE statements, each idempotent
+    lock_run: str  # selects seq, written, next_ord of the run row, locking it
+    next_written: str  # an SQL expression: the next value of the save counter
+
+
+def tables(bigint: str) -> tuple[str, ...]:
+    """The CREATE statements, with the integer type of the dialect."""
+    return (
+        "CREATE TABLE IF NOT EXISTS executionkit_schema (version INTEGER NOT NULL)",
+        f"""CREATE TABLE IF NOT EXISTS executionkit_runs (
+            run_id TEXT PRIMARY KEY,
+            seq {bigint} NOT NULL,
+            written {bigint} NOT NULL,
+            next_ord {bigint} NOT NULL
+        )""",
+        "CREATE INDEX IF NOT EXISTS executionkit_runs_written ON executionkit_runs (written)",
+        f"""CREATE TABLE IF NOT EXISTS executionkit_headers (
+            run_id TEXT NOT NULL,
+            seq {bigint} NOT NULL,
+            created_at TEXT,
+            header TEXT NOT NULL,
+            PRIMARY KEY (run_id, seq)
+        )""",
+        f"""CREATE TABLE IF NOT EXISTS executionkit_outputs (
+            run_id TEXT NOT NULL,
+            ord {bigint} NOT NULL,
+            name TEXT NOT NULL,
+            added {bigint} NOT NULL,
+            dropped {bigint},
+            value TEXT NOT NULL,
+            PRIMARY KEY (run_id, ord)
+        )""",
+        """CREATE INDEX IF NOT EXISTS executionkit_outputs_dropped
+            ON executionkit_outputs (run_id, dropped)""",
+    )
+
+
+_SCHEMA_ROW = """INSERT INTO executionkit_schema (version)
+    SELECT ? WHERE NOT EXISTS (SELECT 1 FROM executionkit_schema)"""
+_NEW_RUN = """INSERT INTO executionkit_runs (run_id, seq, written, next_ord) VALUES (?, -1, 0, 0)
+    ON CONFLICT (run_id) DO NOTHING"""
+_HEADER = "SELECT header FROM executionkit_headers WHERE run_id = ? AND seq = ?"
+_LIVE = """SELECT ord, name, value FROM executionkit_outputs
+    WHERE run_id = ? AND dropped IS NULL ORDER BY ord"""
+_DROP = "UPDATE executionkit_outputs SET dropped = ? WHERE run_id = ? AND ord = ?"
+_ADD = """INSERT INTO executionkit_outputs (run_id, ord, name, added, dropped, value)
+    VALUES (?, ?, ?, ?, NULL, ?)"""
+_ADD_HEADER = (
+    "INSERT INTO executionkit_headers (run_id, seq, created_at, header) VALUES (?, ?, ?, ?)"
+)
+_FORGET_HEADER = "DELETE FROM executionkit_headers WHERE run_id = ? AND seq = ?"
+# Rows no kept checkpoint can see: dropped at or before the oldest kept seq.
+_FORGET_DROPPED = """DELETE FROM executionkit_outputs WHERE run_id = ? AND dropped IS NOT NULL
+    AND dropped <= (SELECT MIN(seq) FROM executionkit_headers WHERE run_id = ?)"""
+_AS_OF = """SELECT name, value FROM executionkit_outputs
+    WHERE run_id = ? AND added <= ? AND (dropped IS NULL OR dropped > ?) ORDER BY ord"""
+_ALL_ROWS = """SELECT name, value, added, dropped FROM executionkit_outputs
+    WHERE run_id = ? ORDER BY ord"""
+_HEADERS = "SELECT seq, header FROM executionkit_headers WHERE run_id = ? ORDER BY seq"
+_LATEST = """SELECT run_id, seq FROM executionkit_runs WHERE seq >= 0
+    ORDER BY written DESC LIMIT 1"""
+_RUN = "SELECT run_id, seq FROM executionkit_runs WHERE run_id = ? AND seq >= 0"
+_RUN_IDS = "SELECT run_id FROM executionkit_runs WHERE seq >= 0 ORDER BY written DESC"
+_KEEP_FROM = """SELECT seq FROM executionkit_headers WHERE run_id = ?
+    ORDER BY seq DESC LIMIT 1 OFFSET ?"""
+_PRUNE_HEADERS = "DELETE FROM executionkit_headers WHERE run_id = ? AND seq < ?"
+
+
+@dataclass
+class Known:
+    """A run's latest checkpoint as this store object wrote it: its live output names."""
+
+    run_id: str
+    lineage: object  # what every checkpoint of the run that wrote it shares, or None
+    seq: int
+    written: int
+    next_ord: int
+    names: list[str]
+    ords: dict[str, int]
+
+
+def lineage(checkpoint: WorkflowCheckpoint) -> object:
+    """What every checkpoint taken by one run shares (its output log), or None.
+
+    Only checkpoints `Workflow.run` takes have one (`trusted_checkpoint`'s
+    ``_shared``); their outputs only ever grow, by the names in ``new_outputs``.
+    The store holds it (one per cached run) to know a checkpoint comes from the
+    run that wrote the stored one.
+    """
+    return vars(checkpoint).get("_shared")
+
+
+class SqlCheckpoints:
+    """The store logic both SQL stores run inside a transaction they open."""
+
+    def __init__(self, name: str, dialect: Dialect, *, keeps_history: bool) -> None:
+        """Store checkpoints through ``dialect``; ``name`` starts every error message."""
+        self.name = name
+        self.dialect = dialect
+        self.keeps_history = keeps_history
+        self._known: dict[str, Known] = {}
+        self._lock = threading.Lock()
+
+    # --- schema ---------------------------------------------------------------------
+
+    def create(self, db: Database) -> None:
+        """Create the tables if missing, then check their schema version."""
+        for statement in self.dialect.schema:
+            db.execute(statement)
+        db.execute(_SCHEMA_ROW, (SCHEMA_VERSION,))
+        self.check_version(db)
+
+    def check_version(self, db: Database) -> None:
+        """Raise `CheckpointFormatError` unless the tables are of `SCHEMA_VERSION`."""
+        versions = [
+            row[0] for row in db.execute("SELECT version FROM executionkit_schema").fetchall()
+        ]
+        if versions != [SCHEMA_VERSION]:
+            msg = (
+                f"{self.name}: the executionkit tables have schema version "
+                f"{reprlib.repr(versions)}, this version of executionkit reads "
+                f"[{SCHEMA_VERSION}]"
+            )
+            raise CheckpointFormatError(msg)
+
+    # --- saving ---------------------------------------------------------------------
+
+    def save(
+        self, db: Database, checkpoint: WorkflowCheckpoint, run_id: str, header: str
+    ) -> Known | None:
+        """Write ``checkpoint`` if newer than the stored one of its run (see the stores).
+
+        Returns what to pass to `committed` once the transaction commits, or None
+        when nothing was written (the same checkpoint again).
+        """
+        db.execute(_NEW_RUN, (run_id,))  # so that there is a row to lock
+        stored_seq, written, next_ord = self._run_row(db, run_id)
+        if stored_seq >= 0:
+            # Damage is reported, never written over: the stored header must read back.
+            self._read_header(db, run_id, stored_seq)
+            if checkpoint.seq <= stored_seq:
+                if checkpoint.seq == stored_seq and self._same(db, run_id, checkpoint, stored_seq):
+                    return None  # the same checkpoint again: nothing to do
+                raise stale(self.name, checkpoint, stored_seq)
+        with self._lock:  # a thread saving the same run meanwhile takes the slow path
+            known = self._known.pop(run_id, None)
+        seq = checkpoint.seq
+        if known is not None and self._follows(known, checkpoint, stored_seq, written):
+            names, ords, new = known.names, known.ords, list(checkpoint.new_outputs)
+        else:
+            names, ords, new, next_ord = self._diff(db, run_id, checkpoint, seq, next_ord)
+        rows = []
+        for name in new:
+            rows.append((run_id, next_ord, name, seq, self._value(checkpoint, name)))
+            names.append(name)
+            ords[name] = next_ord
+            next_ord += 1
+        for row in rows:
+            db.execute(_ADD, row)
+        db.execute(_ADD_HEADER, (run_id, seq, checkpoint.created_at, header))
+        if not self.keeps_history and stored_seq >= 0:
+            db.execute(_FORGET_HEADER, (run_id, stored_seq))
+            db.execute(_FORGET_DROPPED, (run_id, run_id))
+        # The WHERE clause repeats the seq check made under the lock: even a writer
+        # that skipped it could never move a run backwards.
+        update = (
+            f"UPDATE executionkit_runs SET seq = ?, written = {self.dialect.next_written}, "  # noqa: S608
+            f"next_ord = ? WHERE run_id = ? AND seq < ? RETURNING written"
+        )
+        done = db.execute(update, (seq, next_ord, run_id, seq)).fetchone()
+        if done is None:  # pragma: no cover - the lock makes this unreachable
+            raise stale(self.name, checkpoint, stored_seq)
+        return Known(run_id, lineage(checkpoint), seq, done[0], next_ord, names, ords)
+
+    def committed(self, known: Known | None) -> None:
+        """Remember what a save committed, for the next save's fast path."""
+        if known is None:
+            return
+        with self._lock:
+            self._known[known.run_id] = known
+            while len(self._known) > _CACHED_RUNS:
+                del self._known[next(iter(self._known))]
+
+    def _follows(
+        self, known: Known, checkpoint: WorkflowCheckpoint, stored_seq: int, written: int
+    ) -> bool:
+        """Whether ``checkpoint`` only appends ``new_outputs`` to what this object wrote last.
+
+        True when the stored checkpoint is the one this object wrote (same seq and
+        save counter), taken by the same run (whose checkpoints only ever append
+        outputs, and name them in ``new_outputs``), ``checkpoint`` is the next
+        ``seq`` (so ``new_outputs`` covers everything recorded since), and the
+        counts agree. Everything else takes the slow path, which compares outputs:
+        a checkpoint from ``from_dict`` (no ``new_outputs``), or made by hand.
+        """
+        new = checkpoint.new_outputs
+        return (
+            known.lineage is not None
+            and lineage(checkpoint) is known.lineage
+            and known.seq == stored_seq
+            and known.written == written
+            and checkpoint.seq == stored_seq + 1
+            and len(checkpoint.outputs) == len(known.names) + len(new)
+            and not any(name in known.ords for name in new)
+        )
+
+    def _diff(
+        self,
+        db: Database,
+        run_id: str,
+        checkpoint: WorkflowCheckpoint,
+        seq: int,
+        next_ord: int,
+    ) -> tuple[list[str], dict[str, int], list[str], int]:
+        """Compare with the stored outputs: keep the longest equal prefix, replace the rest.
+
+        O(outputs); taken for a checkpoint read back with ``from_dict`` (no
+        ``new_outputs``), the first save of a store object, and a resumed run that
+        dropped or replaced outputs. The rebuild then equals ``checkpoint``, in order.
+        """
+        live = [
+            (ord_, self._text("step name", name), value)
+            for ord_, name, value in db.execute(_LIVE, (run_id,)).fetchall()
+        ]
+        wanted = list(checkpoint.outputs)
+        kept = 0
+        for (_, name, value), want in zip(live, wanted, strict=False):
+            if name != want or value != self._value(checkpoint, want):
+                break
+            kept += 1
+        for ord_, _, _ in live[kept:]:
+            db.execute(_DROP, (seq, run_id, ord_))
+        names = wanted[:kept]
+        ords = {name: ord_ for (ord_, name, _) in live[:kept]}
+        return names, ords, wanted[kept:], next_ord
+
+    def header(self, checkpoint: WorkflowCheckpoint) -> str:
+        """Everything of ``to_dict()`` but the outputs and their step info, as JSON.
+
+        Raises:
+            CheckpointValueError: If part of it cannot be written as JSON.
+        """
+        info = checkpoint.step_info
+        progress_info = {name: info[name] for name in checkpoint.progress if name in info}
+        try:
+            slim = dataclasses.replace(
+                checkpoint, outputs={}, step_index=0, step_info=progress_info, new_outputs=()
+            )
+            data = slim.to_dict()
+            for key in _DERIVED:
+                del data[key]
+            text = dumps(data)
+            text.encode("utf-8")  # a lone surrogate must fail here, not in the driver
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise unstorable(checkpoint, self.name, exc) from exc
+        return text
+
+    def _value(self, checkpoint: WorkflowCheckpoint, name: str) -> str:
+        """One output and its step info as JSON: ``[output, info or null]``."""
+        info = checkpoint.step_info.get(name)
+        packed = (
+            None
+            if info is None
+            else {"version": info["version"], "depends_on": list(info["depends_on"])}
+        )
+        try:
+            text = dumps([checkpoint.outputs[name], packed])
+            text.encode("utf-8")
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise unstorable(checkpoint, self.name, exc) from exc
+        return text
+
+    def _run_row(self, db: Database, run_id: str) -> tuple[int, int, int]:
+        row = db.execute(self.dialect.lock_run, (run_id,)).fetchone()
+        seq, written, next_ord = row
+        for column, value in (("seq", seq), ("written", written), ("next_ord", next_ord)):
+            if type(value) is not int:
+                msg = (
+                    f"{self.name}, run {run_id!r}: the stored {column} must be an int, got "
+                    f"{type(value).__name__} {reprlib.repr(value)}"
+                )
+                raise CheckpointFormatError(msg)
+        return seq, written, next_ord
+
+    def _same(self, db: Database, run_id: str, checkpoint: WorkflowCheckpoint, seq: int) -> bool:
+        stored = self._rebuild(
+            run_id, self._read_header(db, run_id, seq), self._as_of(db, run_id, seq)
+        )
+        try:
+            return bool(loads(dumps(stored.to_dict())) == loads(dumps(checkpoint.to_dict())))
+        except (TypeError, ValueError, RecursionError):
+            return False
+
+    # --- reading --------------------------------------------------------------------
+
+    def load(self, db: Database, run_id: str | None) -> WorkflowCheckpoint | None:
+        """The latest checkpoint of ``run_id``, or of the run saved to last."""
+        if run_id is None:
+            row = db.execute(_LATEST).fetchone()
+        else:
+            row = db.execute(_RUN, (run_id,)).fetchone()
+        if row is None:
+            return None
+        found = self._text("run_id", row[0])
+        seq = self._int(found, "seq", row[1])
+        return self._rebuild(found, self._read_header(db, found, seq), self._as_of(db, found, seq))
+
+    def history(self, db: Database, run_id: str) -> list[WorkflowCheckpoint]:
+        """Every kept checkpoint of ``run_id``, oldest first."""
+        headers = db.execute(_HEADERS, (run_id,)).fetchall()
+        if not headers:
+            return []
+        # Each row is decoded once and its output shared by the checkpoints that hold
+        # it, as the checkpoints a run takes share their outputs.
+        rows = [
+            (
+                self._entry(run_id, name, value),
+                self._int(run_id, "added seq", added),
+                None if dropped is None else self._int(run_id, "dropped seq", dropped),
+            )
+            for name, value, added, dropped in db.execute(_ALL_ROWS, (run_id,)).fetchall()
+        ]
+        result = []
+        for seq, header in headers:
+            at = self._int(run_id, "seq", seq)
+            visible = [
+                entry
+                for entry, added, dropped in rows
+                if added <= at and (dropped is None or dropped > at)
+            ]
+            result.append(self._rebuild(run_id, self._parse_header(run_id, header), visible))
+        return result
+
+    def run_ids(self, db: Database) -> list[str]:
+        """Every run with a checkpoint, the most recently saved first."""
+        found = [row[0] for row in db.execute(_RUN_IDS).fetchall()]
+        for run_id in found:
+            if not isinstance(run_id, str):
+                msg = f"{self.name}: a stored run_id is not text: {reprlib.repr(run_id)}"
+                raise CheckpointFormatError(msg)
+        return found
+
+    # --- retention ------------------------------------------------------------------
+
+    def prune(self, db: Database, run_ids: Iterable[str], keep_last: int) -> int:
+        """Keep the last ``keep_last`` checkpoints of each run; return how many went."""
+        removed = 0
+        for run_id in run_ids:
+            row = db.execute(_KEEP_FROM, (run_id, keep_last - 1)).fetchone()
+            if row is None:
+                continue  # no more than keep_last checkpoints
+            count = db.execute(
+                "SELECT COUNT(*) FROM executionkit_headers WHERE run_id = ? AND seq < ?",
+                (run_id, row[0]),
+            ).fetchone()[0]
+            db.execute(_PRUNE_HEADERS, (run_id, row[0]))
+            db.execute(_FORGET_DROPPED, (run_id, run_id))
+            removed += count
+        return removed
+
+    def delete(self, db: Database, run_id: str) -> bool:
+        """Delete every checkpoint of ``run_id``; whether there was any."""
+        existed = db.execute(_RUN, (run_id,)).fetchone() is not None
+        for table in ("executionkit_outputs", "executionkit_headers", "executionkit_runs"):
+            db.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))  # noqa: S608
+        with self._lock:
+            self._known.pop(run_id, None)
+        return existed
+
+    # --- decoding -------------------------------------------------------------------
+
+    def _as_of(self, db: Database, run_id: str, seq: int) -> list[tuple[str, Any, Any]]:
+        rows = db.execute(_AS_OF, (run_id, seq, seq)).fetchall()
+        return [self._entry(run_id, name, value) for name, value in rows]
+
+    def _read_header(self, db: Database, run_id: str, seq: int) -> dict[str, Any]:
+        row = db.execute(_HEADER, (run_id, seq)).fetchone()
+        if row is None:
+            msg = f"{self.name}, run {run_id!r}: the header row of checkpoint seq={seq} is missing"
+            raise CheckpointFormatError(msg)
+        return self._parse_header(run_id, row[0])
+
+    def _parse_header(self, run_id: str, data: object) -> dict[str, Any]:
+        parsed = self._json(run_id, "checkpoint", data)
+        if not isinstance(parsed, dict):
+            msg = (
+                f"{self.name}, run {run_id!r}: the stored checkpoint must be a JSON object, "
+                f"got {type(parsed).__name__} {reprlib.repr(parsed)}"
+            )
+            raise CheckpointFormatError(msg)
+        return parsed
+
+    def _entry(self, run_id: str, raw_name: object, value: object) -> tuple[str, Any, Any]:
+        """An output row, decoded: the step name, its output and its step info (or None)."""
+        name = self._text("step name", raw_name)
+        entry = self._json(run_id, f"output of step {name!r}", value)
+        if not (isinstance(entry, list) and len(entry) == 2):  # noqa: PLR2004
+            msg = (
+                f"{self.name}, run {run_id!r}: the stored output of step {name!r} must be a "
+                f"JSON list [output, step info], got {reprlib.repr(entry)}"
+            )
+            raise CheckpointFormatError(msg)
+        return name, entry[0], entry[1]
+
+    def _rebuild(
+        self, run_id: str, header: Mapping[str, Any], entries: Sequence[tuple[str, Any, Any]]
+    ) -> WorkflowCheckpoint:
+        where = f"{self.name}, run {run_id!r}"
+        outputs = {name: output for name, output, _ in entries}
+        infos = {name: info for name, _, info in entries if info is not None}
+        data = dict(header)
+        data["outputs"] = outputs
+        data["step_index"] = len(outputs)
+        if infos and isinstance(data.get("step_info"), dict):
+            data["step_info"] = {**infos, **data["step_info"]}
+        try:
+            return WorkflowCheckpoint.from_dict(data)
+        except CheckpointFormatError as exc:
+            raise CheckpointFormatError(f"{where}: {exc}", path=exc.path) from exc
+        except RecursionError:
+            raise CheckpointFormatError(f"{where}: {TOO_DEEP}") from None
+
+    def _json(self, run_id: str, what: str, data: object) -> object:
+        where = f"{self.name}, run {run_id!r}: the stored {what}"
+        if isinstance(data, bytes):  # a BLOB, or text that is not UTF-8
+            try:
+                data = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                msg = f"{where} is not UTF-8 text ({exc.reason} at byte {exc.start})"
+                raise CheckpointFormatError(msg) from None
+        if not isinstance(data, str):
+            msg = f"{where} is not JSON text, got {type(data).__name__} {reprlib.repr(data)}"
+            raise CheckpointFormatError(msg)
+        try:
+            return loads(data)
+        except json.JSONDecodeError as exc:
+            raise CheckpointFormatError(f"{where} is not valid JSON ({exc})") from None
+        except ValueError as exc:
+            raise CheckpointFormatError(f"{where} is unreadable JSON ({exc})") from None
+
+    def _text(self, what: str, value: object) -> str:
+        if not isinstance(value, str):
+            msg = f"{self.name}: a stored {what} is not text: {reprlib.repr(value)}"
+            raise CheckpointFormatError(msg)
+        return value
+
+    def _int(self, run_id: str, what: str, value: object) -> int:
+        if type(value) is not int:
+            msg = (
+                f"{self.name}, run {run_id!r}: the stored {what} must be an int, got "
+                f"{type(value).__name__} {reprlib.repr(value)}"
+            )
+            raise CheckpointFormatError(msg)
+        return value
