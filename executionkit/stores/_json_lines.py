@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +23,7 @@ from executionkit.stores._files import (
     read_bytes,
     write_all,
 )
-from executionkit.stores._lines_format import COST, Rebuild, pack_info
+from executionkit.stores._lines_format import COST, Rebuild, extra_fields, follows, pack_info
 from executionkit.stores._unstorable import unstorable
 
 
@@ -136,6 +138,55 @@ class JsonLinesStore:
             self._state = self._read()
             return self._state.latest
 
+    def compact(self) -> None:
+        """Rewrite the file as one line holding its latest checkpoint, atomically.
+
+        The file grows by each checkpoint's new outputs, so a run that drops
+        outputs (``rerun``, invalidated steps) or starts over leaves lines that
+        no longer count, and `load` reads them all. Compaction writes the
+        latest checkpoint alone to a temporary file in the same folder, fsyncs
+        it, renames it over the file and fsyncs the folder: whenever the
+        process dies, the file holds the old lines or the new one, never a mix.
+        It costs one read of the file and one write of the latest checkpoint,
+        about what a `JsonFileStore` save costs. Call it when a run has
+        finished, or when the file is several times larger than its latest
+        checkpoint; not while another process appends to the file. A missing
+        or empty file is left as it is.
+
+        Raises:
+            CheckpointFormatError: If the file holds damaged lines (it is then
+                left as it is).
+            OSError: If writing fails; the file is then left as it was.
+        """
+        with self._lock:
+            state = self._current()
+            latest = state.latest
+            if latest is None:
+                return
+            data = (dumps(self._line(latest, None)) + "\n").encode("utf-8")
+            self._state = None  # unknown until the rename has finished
+            self._state = _LinesState(self._replace(data), len(data), latest)
+
+    def _replace(self, data: bytes) -> FileId:
+        fd, name = tempfile.mkstemp(
+            prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent
+        )
+        temp = Path(name)
+        try:
+            try:
+                write_all(fd, data)
+                os.fsync(fd)
+                file_id = fd_id(fd)
+            finally:
+                os.close(fd)
+            temp.replace(self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                temp.unlink()
+            raise
+        fsync_folder(self.path.parent)
+        return file_id
+
     def _same(self, checkpoint: WorkflowCheckpoint, latest: WorkflowCheckpoint) -> bool:
         if checkpoint is latest:
             return True
@@ -155,31 +206,26 @@ class JsonLinesStore:
     def _line(
         self, checkpoint: WorkflowCheckpoint, previous: WorkflowCheckpoint | None
     ) -> dict[str, Any]:
-        held = previous.outputs if previous is not None else {}
-        held_info = previous.step_info if previous is not None else {}
-        reported = set(checkpoint.new_outputs)
-        new = {}
-        for name, value in checkpoint.outputs.items():
-            info = checkpoint.step_info.get(name)
-            if (
-                name in reported
-                or name not in held
-                or not _unchanged(held[name], value)
-                or not _unchanged(held_info.get(name), info)
-            ):
-                new[name] = [value, pack_info(info)]
+        """The line for ``checkpoint``, given the checkpoint the file rebuilds to now."""
+        if previous is not None and follows(checkpoint, previous):
+            # The run's next checkpoint: only its new outputs differ from the file.
+            new = {
+                name: [checkpoint.outputs[name], pack_info(checkpoint.step_info.get(name))]
+                for name in checkpoint.new_outputs
+            }
+            restart = (
+                previous.context_keys != checkpoint.context_keys
+                or previous.metadata != checkpoint.metadata
+            )
+        else:
+            new, restart = _differences(checkpoint, previous)
         line: dict[str, Any] = {
             "s": checkpoint.seq,
             "n": new,
             "c": [getattr(checkpoint.cost, field) for field in COST],
             "t": checkpoint.created_at,
         }
-        if (
-            previous is None
-            or any(name not in checkpoint.outputs for name in held)  # outputs dropped
-            or previous.context_keys != checkpoint.context_keys
-            or previous.metadata != checkpoint.metadata
-        ):
+        if restart:
             line["run"] = {
                 "run_id": checkpoint.run_id,
                 "context_keys": list(checkpoint.context_keys),
@@ -195,6 +241,9 @@ class JsonLinesStore:
                 for name in checkpoint.progress
                 if name in checkpoint.step_info
             }
+        extra = extra_fields(checkpoint)
+        if extra:
+            line["x"] = extra
         return line
 
     def _append(
@@ -246,6 +295,40 @@ def _line_problem(exc: ValueError) -> str:
     if isinstance(exc, json.JSONDecodeError):
         return "invalid JSON"
     return f"unreadable JSON: {exc}"  # valid JSON this Python cannot read
+
+
+def _differences(
+    checkpoint: WorkflowCheckpoint, previous: WorkflowCheckpoint | None
+) -> tuple[dict[str, list[Any]], bool]:
+    """Every output the file lacks or holds differently, and whether to say what it keeps.
+
+    The slow path, for a checkpoint that does not follow the stored one (the
+    first, one of another run, or one of a resumed run): it walks every output.
+    The ``run`` entry is needed when the rebuild would otherwise get the names
+    wrong: outputs dropped, their order changed, a new run, new metadata.
+    """
+    held = previous.outputs if previous is not None else {}
+    held_info = previous.step_info if previous is not None else {}
+    reported = set(checkpoint.new_outputs)
+    new = {}
+    for name, value in checkpoint.outputs.items():
+        info = checkpoint.step_info.get(name)
+        if (
+            name in reported
+            or name not in held
+            or not _unchanged(held[name], value)
+            or not _unchanged(held_info.get(name), info)
+        ):
+            new[name] = [value, pack_info(info)]
+    if previous is None:
+        return new, True
+    rebuilt = [*held, *(name for name in new if name not in held)]
+    restart = (
+        rebuilt != list(checkpoint.outputs)  # outputs dropped, or in another order
+        or previous.context_keys != checkpoint.context_keys
+        or previous.metadata != checkpoint.metadata
+    )
+    return new, restart
 
 
 def _unchanged(held: object, value: object) -> bool:

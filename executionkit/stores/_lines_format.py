@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import reprlib
 from typing import TYPE_CHECKING, Any
 
-from executionkit._checkpoint import FORMAT_VERSION, WorkflowCheckpoint
+from executionkit._checkpoint import FORMAT_VERSION, WorkflowCheckpoint, trusted_checkpoint
 from executionkit._errors import CheckpointFormatError
 from executionkit.stores._common import TOO_DEEP
 
@@ -13,6 +14,59 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 COST = ("input_tokens", "output_tokens", "llm_calls")
+
+# The keys of `WorkflowCheckpoint.to_dict` a line writes in its own compact way; any
+# other key (those a later format adds) is carried as it is under "x".
+_WRITTEN = frozenset(
+    {
+        "version",
+        "run_id",
+        "seq",
+        "step_index",
+        "created_at",
+        "outputs",
+        "cost",
+        "context_keys",
+        "errors",
+        "metadata",
+        "progress",
+        "step_info",
+    }
+)
+_FIELDS = tuple(field.name for field in dataclasses.fields(WorkflowCheckpoint))
+_LARGE = ("outputs", "step_info")
+
+
+def follows(checkpoint: WorkflowCheckpoint, previous: WorkflowCheckpoint) -> bool:
+    """Whether ``checkpoint`` is ``previous`` plus its ``new_outputs``, known in O(1).
+
+    True only for two checkpoints taken by the same run (they share its output
+    log, which only ever grows), the later one counting exactly the earlier
+    one's outputs plus its new ones. Anything else (a resumed run, whose log
+    starts again; a checkpoint built by `WorkflowCheckpoint.from_dict`; a
+    ``checkpoint_fn`` that skipped one) is compared output by output instead.
+    """
+    run = checkpoint.__dict__.get("_shared")  # the run's SharedFields (see _checkpoint)
+    new = checkpoint.new_outputs
+    return (
+        run is not None
+        and run is previous.__dict__.get("_shared")
+        and checkpoint.run_id == previous.run_id
+        and checkpoint.seq > previous.seq
+        and checkpoint.step_index == previous.step_index + len(new)
+        and not any(name in previous.outputs for name in new)
+    )
+
+
+def extra_fields(checkpoint: WorkflowCheckpoint) -> dict[str, Any]:
+    """The keys of ``checkpoint.to_dict()`` a line does not write otherwise (none in format 2).
+
+    Computed from a copy without outputs and step info, so that it costs
+    O(1) however many outputs the checkpoint records.
+    """
+    fields = {name: getattr(checkpoint, name) for name in _FIELDS if name not in _LARGE}
+    light = trusted_checkpoint({**fields, "outputs": {}, "step_info": {}})
+    return {key: value for key, value in light.to_dict().items() if key not in _WRITTEN}
 
 
 def pack_info(info: Mapping[str, Any] | None) -> object:
@@ -67,6 +121,7 @@ class Rebuild:
         state["cost"] = dict(zip(COST, cost, strict=True))
         state["errors"] = line.get("errors", {})
         state["progress"] = line.get("progress", {})
+        state["extra"] = line.get("x", {})
         self.state = state
 
     def _check(
@@ -92,6 +147,9 @@ class Rebuild:
         progress_info = line.get("progress_info", {})
         if not isinstance(progress_info, dict):
             raise self._bad(number, "'progress_info' must be a dict")
+        extra = line.get("x", {})
+        if not isinstance(extra, dict) or any(key in _WRITTEN for key in extra):
+            raise self._bad(number, "'x' must be a dict of the fields a line has no key for")
         return line["n"], cost, progress_info
 
     def _start(
@@ -144,9 +202,11 @@ class Rebuild:
         described = set(state["outputs"]) | set(progress)
         state["step_info"] = {k: v for k, v in state["step_info"].items() if k in described}
         state["step_index"] = len(state["outputs"])
+        data = {key: value for key, value in state.items() if key != "extra"}
+        data.update(state["extra"])
         where = f"{self.path}: the lines do not rebuild into a valid checkpoint"
         try:
-            return WorkflowCheckpoint.from_dict(state)
+            return WorkflowCheckpoint.from_dict(data)
         except CheckpointFormatError as exc:
             raise CheckpointFormatError(f"{where}: {exc}", path=exc.path) from exc
         except RecursionError:
