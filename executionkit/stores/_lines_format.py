@@ -199,8 +199,10 @@ class Rebuild:
         progress = state["progress"]
         if not isinstance(progress, dict):
             progress = {}  # from_dict names the field below
-        described = set(state["outputs"]) | set(progress)
-        state["step_info"] = {k: v for k, v in state["step_info"].items() if k in described}
+        # In the order a run's checkpoints list them: the outputs', then progress-only steps'.
+        info = state["step_info"]
+        described = {**dict.fromkeys(state["outputs"]), **dict.fromkeys(progress)}
+        state["step_info"] = {name: info[name] for name in described if name in info}
         state["step_index"] = len(state["outputs"])
         data = {key: value for key, value in state.items() if key != "extra"}
         data.update(state["extra"])
