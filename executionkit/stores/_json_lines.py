@@ -43,37 +43,48 @@ class JsonLinesStore:
     time, so for a long chain the bytes written grow with the square of its
     length. This store appends one line per checkpoint holding only what
     changed: the outputs recorded since the line before (with their steps'
-    versions and dependencies) and the counters. The bytes written stay close
-    to the size of the outputs themselves.
+    versions and dependencies) and the other fields. Each save writes and
+    computes only that: the run's next checkpoint is recognised in constant
+    time (it shares the run's output log with the one stored, and counts its
+    outputs plus ``new_outputs``), so no earlier output is walked, compared or
+    encoded again, however long the run.
 
     The line format (compact JSON, one object per line): ``s`` is ``seq``;
     ``n`` maps each newly recorded step to ``[output, info]``, where ``info``
     is the list of its dependencies, or ``{"v": version, "d": dependencies}``
     for a versioned step; ``c`` is the token usage ``[input, output, calls]``
     and ``t`` the time; ``errors``, ``progress`` and ``progress_info`` appear
-    when there are any. A line that starts a run, or changes what the file
-    holds otherwise (a resumed run dropped outputs, or passed new metadata or
+    when there are any, and ``x`` holds any other key of
+    `WorkflowCheckpoint.to_dict` (none in format 2: later formats add some).
+    A line that starts a run, or changes what the file holds otherwise (a
+    resumed run dropped outputs or reordered them, or passed new metadata or
     context keys), also holds ``run``: the ``run_id``, ``context_keys``,
-    ``metadata`` and ``keep``, every output name the checkpoint records.
+    ``metadata`` and ``keep``, every output name the checkpoint records, in
+    order.
 
-    `load` folds the lines in order. A line counts once its newline is
-    written: a torn last line, left by a crash in the middle of a write, is
-    ignored (that checkpoint was never stored, and the run resumes from the one
-    before) and is cut off before the next append. A damaged line anywhere else
-    raises `CheckpointFormatError` naming ``file:line``. Outputs a resumed run
-    dropped (a rerun or an invalidated step) stay dropped in the rebuild.
+    `load` reads the file once and folds the lines in order, rebuilding the
+    latest checkpoint exactly (``to_dict()`` equal, output order included). A
+    line counts once its newline is written: a torn last line, left by a
+    crash in the middle of a write, is ignored (that checkpoint was never
+    stored, and the run resumes from the one before) and is cut off before the
+    next append. A damaged line anywhere else raises `CheckpointFormatError`
+    naming ``file:line``. Outputs a resumed run dropped (a rerun or an
+    invalidated step) stay dropped in the rebuild.
 
     A checkpoint that does not follow the stored one (the first, one of
-    another run, or one from a run resumed from elsewhere) is written with
-    every output the file lacks or holds differently, so the rebuild always
-    equals the checkpoint saved. A checkpoint of another ``run_id`` starts the
-    file over; within a run, one that is not newer than the stored one is
-    refused with `StaleCheckpointError`. One writer per file: appends from
-    several processes are not coordinated.
+    another run, one from a run resumed from the file or from elsewhere, one
+    read back with `WorkflowCheckpoint.from_dict`) is compared with what the
+    file holds, output by output, and written with every output the file
+    lacks or holds differently, so the rebuild always equals the checkpoint
+    saved. A checkpoint of another ``run_id`` starts the file over; within a
+    run, one that is not newer than the stored one is refused with
+    `StaleCheckpointError`. One writer per file: appends from several
+    processes are not coordinated (threads sharing one store are).
 
     Only checkpoints of the current format (those `Workflow.run` writes) can be
-    stored; ``load`` reads the whole file, so for very long files compact it
-    (a fresh store, one save of ``load()``) when a run finishes.
+    stored. Lines that no longer count (outputs a rerun replaced, runs the
+    file started over from) stay until `compact` rewrites the file as its
+    latest checkpoint alone.
 
     Args:
         path: The ``.jsonl`` file; created on the first save.
