@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from typing import TYPE_CHECKING, Any
@@ -97,6 +98,47 @@ def test_exact_rebuild_across_failure_progress_resume_rerun_and_discard(tmp_path
     )
     assert list(exact.saved[-1].outputs) == ["a", "b", "c"]
     assert len(exact.saved) >= 10  # every one was checked as it was written
+
+
+async def test_outputs_that_land_mid_batch_out_of_order_rebuild_in_the_checkpoints_order(
+    tmp_path: Path,
+) -> None:
+    """x lands before b; checkpoints taken mid-batch list them in declaration order."""
+    exact = Exact(tmp_path / "run.jsonl")
+    release_b = asyncio.Event()
+
+    async def x(_ctx: Any) -> str:
+        return "x"
+
+    async def b(_ctx: Any) -> str:
+        await release_b.wait()
+        return "b"
+
+    async def c(_ctx: Any) -> str:
+        for _ in range(5):  # yield to the loop (no timing): x lands meanwhile
+            await asyncio.sleep(0)
+        await current_step().save_progress(1)
+        release_b.set()
+        for _ in range(5):  # and now b
+            await asyncio.sleep(0)
+        await current_step().save_progress(2)
+        return "c"
+
+    workflow = Workflow(
+        [
+            Step("a", lambda _ctx: "a"),
+            Step("b", b, depends_on=("a",)),
+            Step("x", x, depends_on=("a",)),
+            Step("c", c, depends_on=("a",)),
+        ]
+    )
+    await workflow.run(checkpoint_fn=exact)
+    assert [(list(cp.outputs), cp.new_outputs) for cp in exact.saved] == [
+        (["a"], ("a",)),
+        (["a", "x"], ("x",)),
+        (["a", "b", "x"], ("b",)),  # b comes before x, which an earlier line recorded
+        (["a", "b", "x", "c"], ("c",)),
+    ]
 
 
 def test_a_checkpoint_fn_that_skips_checkpoints_still_rebuilds_exactly(tmp_path: Path) -> None:

@@ -23,7 +23,15 @@ from executionkit.stores._files import (
     read_bytes,
     write_all,
 )
-from executionkit.stores._lines_format import COST, Rebuild, extra_fields, follows, pack_info
+from executionkit.stores._lines_format import (
+    COST,
+    LogPrefix,
+    Rebuild,
+    extra_fields,
+    follows,
+    log_prefix,
+    pack_info,
+)
 from executionkit.stores._unstorable import unstorable
 
 
@@ -34,6 +42,9 @@ class _LinesState:
     file_id: FileId | None  # None: the file does not exist
     end: int  # bytes up to the end of the last line that counts
     latest: WorkflowCheckpoint | None  # the checkpoint the counted lines rebuild to
+    # The run's output log whose first names are, in order, the outputs the lines rebuild
+    # to, and how many; None when not known to be so (see _lines_format.follows).
+    prefix: LogPrefix | None = None
 
 
 class JsonLinesStore:
@@ -128,13 +139,13 @@ class JsonLinesStore:
                 if checkpoint.seq == latest.seq and self._same(checkpoint, latest):
                     return
                 raise stale(repr(self), checkpoint, latest.seq)
-            line = self._line(checkpoint, latest if same_run else None)
+            line, prefix = self._line(checkpoint, latest if same_run else None, state.prefix)
             try:
                 data = (dumps(line) + "\n").encode("utf-8")
             except (TypeError, ValueError, RecursionError) as exc:
                 raise unstorable(checkpoint, repr(self), exc) from exc
             self._state = None  # unknown until the append has finished
-            self._state = self._append(state, data, checkpoint)
+            self._state = self._append(state, data, checkpoint, prefix)
 
     def load(self) -> WorkflowCheckpoint | None:
         """Return the latest checkpoint the file holds, or None if it holds none.
@@ -174,9 +185,11 @@ class JsonLinesStore:
             latest = state.latest
             if latest is None:
                 return
-            data = (dumps(self._line(latest, None)) + "\n").encode("utf-8")
+            line, _ = self._line(latest, None, None)
+            data = (dumps(line) + "\n").encode("utf-8")
             self._state = None  # unknown until the rename has finished
-            self._state = _LinesState(self._replace(data), len(data), latest)
+            # The line keeps the outputs in their order, so the prefix still holds.
+            self._state = _LinesState(self._replace(data), len(data), latest, state.prefix)
 
     def _replace(self, data: bytes) -> FileId:
         fd, name = tempfile.mkstemp(
@@ -215,10 +228,14 @@ class JsonLinesStore:
         return self._state
 
     def _line(
-        self, checkpoint: WorkflowCheckpoint, previous: WorkflowCheckpoint | None
-    ) -> dict[str, Any]:
-        """The line for ``checkpoint``, given the checkpoint the file rebuilds to now."""
-        if previous is not None and follows(checkpoint, previous):
+        self,
+        checkpoint: WorkflowCheckpoint,
+        previous: WorkflowCheckpoint | None,
+        prefix: LogPrefix | None,
+    ) -> tuple[dict[str, Any], LogPrefix | None]:
+        """The line for ``checkpoint``, and the log prefix the file rebuilds to after it."""
+        after = None if previous is None else follows(checkpoint, previous, prefix)
+        if previous is not None and after is not None:
             # The run's next checkpoint: only its new outputs differ from the file.
             new = {
                 name: [checkpoint.outputs[name], pack_info(checkpoint.step_info.get(name))]
@@ -230,6 +247,7 @@ class JsonLinesStore:
             )
         else:
             new, restart = _differences(checkpoint, previous)
+            after = log_prefix(checkpoint)
         line: dict[str, Any] = {
             "s": checkpoint.seq,
             "n": new,
@@ -255,10 +273,14 @@ class JsonLinesStore:
         extra = extra_fields(checkpoint)
         if extra:
             line["x"] = extra
-        return line
+        return line, after
 
     def _append(
-        self, state: _LinesState, data: bytes, checkpoint: WorkflowCheckpoint
+        self,
+        state: _LinesState,
+        data: bytes,
+        checkpoint: WorkflowCheckpoint,
+        prefix: LogPrefix | None,
     ) -> _LinesState:
         created = state.file_id is None
         fd = os.open(self.path, WRITE_FLAGS, 0o666)
@@ -273,7 +295,7 @@ class JsonLinesStore:
             os.close(fd)
         if created:
             fsync_folder(self.path.parent)
-        return _LinesState(file_id, state.end + len(data), checkpoint)
+        return _LinesState(file_id, state.end + len(data), checkpoint, prefix)
 
     def _read(self) -> _LinesState:
         read = read_bytes(self.path)

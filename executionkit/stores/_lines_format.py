@@ -37,25 +37,55 @@ _FIELDS = tuple(field.name for field in dataclasses.fields(WorkflowCheckpoint))
 _LARGE = ("outputs", "step_info")
 
 
-def follows(checkpoint: WorkflowCheckpoint, previous: WorkflowCheckpoint) -> bool:
-    """Whether ``checkpoint`` is ``previous`` plus its ``new_outputs``, known in O(1).
+LogPrefix = tuple[Any, int]
+"""A run's output log and a length: the outputs a file rebuilds to are its first names."""
 
-    True only for two checkpoints taken by the same run (they share its output
-    log, which only ever grows), the later one counting exactly the earlier
-    one's outputs plus its new ones. Anything else (a resumed run, whose log
-    starts again; a checkpoint built by `WorkflowCheckpoint.from_dict`; a
-    ``checkpoint_fn`` that skipped one) is compared output by output instead.
+
+def _log(checkpoint: WorkflowCheckpoint) -> Any:
+    """The output log of the run that took ``checkpoint``, or None (built by from_dict)."""
+    shared = checkpoint.__dict__.get("_shared")  # the run's SharedFields (see _checkpoint)
+    return None if shared is None else shared.log
+
+
+def follows(
+    checkpoint: WorkflowCheckpoint, previous: WorkflowCheckpoint, prefix: LogPrefix | None
+) -> LogPrefix | None:
+    """The prefix after ``checkpoint`` if it is ``previous`` plus its new outputs, else None.
+
+    Known in O(new outputs): the file rebuilds to the first ``length`` names
+    of the run's output log (which only ever grows, each name once), and this
+    checkpoint, taken by the same run, counts ``length`` plus its new outputs,
+    which are the log's next names, in order. Anything else (a resumed run,
+    whose log starts again; a checkpoint built by `WorkflowCheckpoint.from_dict`;
+    a ``checkpoint_fn`` that skipped one; a checkpoint taken in the middle of a
+    batch, whose outputs that landed early are not in the log yet) is compared
+    output by output instead.
     """
-    run = checkpoint.__dict__.get("_shared")  # the run's SharedFields (see _checkpoint)
+    log = _log(checkpoint)
+    if log is None or prefix is None or prefix[0] is not log:
+        return None
+    length = prefix[1]
     new = checkpoint.new_outputs
-    return (
-        run is not None
-        and run is previous.__dict__.get("_shared")
+    end = checkpoint.step_index
+    if (
+        previous.step_index == length
         and checkpoint.run_id == previous.run_id
         and checkpoint.seq > previous.seq
-        and checkpoint.step_index == previous.step_index + len(new)
-        and not any(name in previous.outputs for name in new)
-    )
+        and end == length + len(new)
+        and end <= len(log.names)
+        and tuple(log.names[length:end]) == tuple(new)
+    ):
+        return log, end
+    return None
+
+
+def log_prefix(checkpoint: WorkflowCheckpoint) -> LogPrefix | None:
+    """The prefix ``checkpoint`` rebuilds to, found by walking its outputs (the slow path)."""
+    log = _log(checkpoint)
+    end = checkpoint.step_index
+    if log is None or end > len(log.names) or list(checkpoint.outputs) != log.names[:end]:
+        return None
+    return log, end
 
 
 def extra_fields(checkpoint: WorkflowCheckpoint) -> dict[str, Any]:
