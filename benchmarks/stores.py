@@ -18,7 +18,8 @@ the same chain as a ``StateGraph`` whose nodes each add their output to a dict
 in the state, run in the virtual environment `venvs` makes for it; its time is
 that of the saver's ``put`` and ``put_writes`` calls. A size whose predicted
 time (from the growth between the two sizes before it) exceeds ``--budget``
-seconds is skipped, and shown as such.
+seconds is skipped, and a case still running after ``--timeout`` seconds is
+killed; the table says which.
 
 Adding a store is one entry in `STORES`. ``PostgresStore`` is measured when
 ``executionkit.stores`` has it and ``--postgres DSN`` is given::
@@ -54,7 +55,6 @@ from executionkit import stores as bundled  # noqa: E402
 
 BENCHMARKS = Path(__file__).resolve().parent
 TIMES = "\N{MULTIPLICATION SIGN}"
-CHILD_TIMEOUT = 900.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,13 +192,19 @@ class Runner:
     incremental: bool
 
 
-def run_case(runner: Runner, steps: int, size: int, args: argparse.Namespace) -> dict[str, Any]:
+def run_case(
+    runner: Runner, steps: int, size: int, args: argparse.Namespace
+) -> dict[str, Any] | None:
+    """One case in a fresh process; None if it was killed after ``--timeout`` seconds."""
     command = [*runner.command, "--case", f"{steps}:{size}"]
     if args.postgres:
         command += ["--postgres", args.postgres]
-    done = subprocess.run(
-        command, capture_output=True, text=True, timeout=CHILD_TIMEOUT, check=False
-    )
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=args.timeout, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return None
     if done.returncode != 0:
         tail = " / ".join(done.stderr.strip().splitlines()[-3:])
         msg = f"{runner.label} at {steps} steps of {size} bytes failed: {tail}"
@@ -211,6 +217,8 @@ def predicted(times: list[tuple[int, float]], steps: int) -> float | None:
     """Seconds the next size should take, from the growth between the last two sizes."""
     if not times:
         return None
+    if times[-1][1] == math.inf:
+        return math.inf
     if len(times) == 1:
         (size, seconds), exponent = times[0], 1.0
     else:
@@ -241,6 +249,42 @@ def runners(args: argparse.Namespace, log: list[str]) -> list[Runner]:
     return chosen
 
 
+def measure_sizes(
+    runner: Runner,
+    size: int,
+    sizes: list[int],
+    args: argparse.Namespace,
+    table: dict[tuple[str, int, int], float | str],
+) -> None:
+    """Fill ``table`` for one store and output size, smallest chain first, within budget."""
+    times: list[tuple[int, float]] = []
+    for steps in sizes:
+        guess = predicted(times, steps)
+        if guess == math.inf:
+            table[runner.key, size, steps] = "skipped"
+            continue
+        if guess is not None and guess > args.budget:
+            table[runner.key, size, steps] = f"skipped (~{guess:,.0f} s)"
+            continue
+        runs = []
+        spent = 0.0
+        for _ in range(args.repeat):
+            result = run_case(runner, steps, size, args)
+            if result is None:
+                break
+            runs.append(result["us_per_checkpoint"])
+            spent += result["seconds"]
+            if spent > args.budget:
+                break
+        if not runs:
+            table[runner.key, size, steps] = f"over {args.timeout:,.0f} s"
+            times.append((steps, math.inf))
+            continue
+        table[runner.key, size, steps] = statistics.median(runs)
+        times.append((steps, spent / len(runs)))
+        print(f"{runner.label}, {size} B, {steps} steps: done", file=sys.stderr)
+
+
 def main() -> int:
     """Measure every case, each in a process of its own, and print the tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -251,6 +295,9 @@ def main() -> int:
     parser.add_argument("--peers", default="all", help="all, none, or langgraph-sqlite")
     parser.add_argument("--postgres", help="a DSN: also measure PostgresStore")
     parser.add_argument("--budget", type=float, default=60.0, help="seconds a case may take")
+    parser.add_argument(
+        "--timeout", type=float, default=180.0, help="seconds after which a case is killed"
+    )
     parser.add_argument("--store", help=argparse.SUPPRESS)  # in a child process
     parser.add_argument("--case", help=argparse.SUPPRESS)  # steps:size, in a child process
     args = parser.parse_args()
@@ -267,23 +314,7 @@ def main() -> int:
     table: dict[tuple[str, int, int], float | str] = {}
     for runner in chosen:
         for size in output_sizes:
-            times: list[tuple[int, float]] = []
-            for steps in sizes:
-                guess = predicted(times, steps)
-                if guess is not None and guess > args.budget:
-                    table[runner.key, size, steps] = f"skipped (~{guess:,.0f} s)"
-                    continue
-                runs = []
-                spent = 0.0
-                for _ in range(args.repeat):
-                    result = run_case(runner, steps, size, args)
-                    runs.append(result["us_per_checkpoint"])
-                    spent += result["seconds"]
-                    if spent > args.budget:
-                        break
-                table[runner.key, size, steps] = statistics.median(runs)
-                times.append((steps, spent / len(runs)))
-                print(f"{runner.label}, {size} B, {steps} steps: done", file=sys.stderr)
+            measure_sizes(runner, size, sizes, args, table)
     print_costs(chosen, sizes, output_sizes, table)
     print()
     print_bytes(chosen, args)
@@ -322,6 +353,9 @@ def print_bytes(chosen: list[Runner], args: argparse.Namespace) -> None:
     print("|---|---:|---:|---:|")  # the target for incremental stores: at most 1.2x
     for runner in chosen:
         result = run_case(runner, steps, 1000, args)
+        if result is None:
+            print(f"| {runner.label} | over {args.timeout:,.0f} s | n/a | n/a |")
+            continue
         written, output = result["written"], result["output_bytes"]
         if written is None:
             print(f"| {runner.label} | n/a (written by the server) | {output:,} | n/a |")
