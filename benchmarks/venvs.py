@@ -31,6 +31,12 @@ class Peer:
     label: str
     requirement: str
     script: Path
+    also: tuple[str, ...] = ()  # more pinned requirements, installed with the first
+
+    @property
+    def requirements(self) -> list[str]:
+        """Every pinned requirement of its environment."""
+        return [self.requirement, *self.also]
 
     @property
     def venv(self) -> Path:
@@ -68,6 +74,21 @@ PEERS = {
 }
 
 
+STORE_PEERS = {
+    peer.key: peer
+    for peer in (
+        Peer(
+            "langgraph-sqlite",
+            "LangGraph SqliteSaver 3.1.2",
+            "langgraph-checkpoint-sqlite==3.1.2",
+            BENCHMARKS / "peers" / "peer_langgraph_sqlite.py",
+            also=("langgraph==1.2.22",),
+        ),
+    )
+}
+"""Checkpoint stores of other libraries, measured by ``stores.py`` (not by ``run.py``)."""
+
+
 def _tail(text: str, lines: int = 3) -> str:
     return " / ".join(line.strip() for line in text.strip().splitlines()[-lines:])
 
@@ -75,14 +96,15 @@ def _tail(text: str, lines: int = 3) -> str:
 def ensure(peer: Peer, log: list[str]) -> str | None:
     """Make ``peer``'s environment if needed; return why it is unavailable, or None."""
     marker = peer.venv / MARKER
-    if peer.python.exists() and marker.exists() and marker.read_text() == peer.requirement:
+    wanted = " ".join(peer.requirements)
+    if peer.python.exists() and marker.exists() and marker.read_text() == wanted:
         return None
     if peer.venv.exists():
         shutil.rmtree(peer.venv)
     steps = (
         ("create the virtual environment", [sys.executable, "-m", "venv", str(peer.venv)]),
         (
-            f"pip install {peer.requirement}",
+            f"pip install {wanted}",
             [
                 str(peer.python),
                 "-m",
@@ -91,7 +113,7 @@ def ensure(peer: Peer, log: list[str]) -> str | None:
                 "--quiet",
                 "--disable-pip-version-check",
                 "--no-input",
-                peer.requirement,
+                *peer.requirements,
             ],
         ),
     )
@@ -105,5 +127,5 @@ def ensure(peer: Peer, log: list[str]) -> str | None:
             return f"could not {what}: {error}"
         if done.returncode != 0:
             return f"could not {what}: {_tail(done.stderr or done.stdout)}"
-    marker.write_text(peer.requirement)
+    marker.write_text(wanted)
     return None

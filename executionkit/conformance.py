@@ -21,6 +21,18 @@ first one it breaks:
 - **resumed run**: the checkpoints of a run resumed after a failure, and of one
   resumed with ``rerun`` (which drops recorded outputs), each load back equal.
 
+Two more properties are opt-in, because not every correct store has them:
+
+- **constant cost** (``incremental=True``, for stores that claim to write only
+  what is new): saving the 60 checkpoints of a 60-step chain, one after the
+  other, serialises, compares or copies each earlier output at most about once
+  in all, instead of once per later checkpoint as a full snapshot does.
+- **concurrent writers** (``writers=N``, for stores that several threads share):
+  ``N`` threads (tasks, in `check_store_async`) save competing checkpoints of
+  one run at once, each worker its own seq 3 and 4 after a shared seq 1 and 2;
+  afterwards ``load()`` returns one of the seq 4 checkpoints whose save
+  returned, whole.
+
 The checkpoints are real: the kit runs a small workflow (a diamond with token
 usage, metadata, a versioned step, unicode and nested outputs, a step that
 saves progress and fails) with a list as ``checkpoint_fn``, so ``seq``,
@@ -61,6 +73,7 @@ import asyncio
 import contextlib
 import inspect
 import json
+import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -100,6 +113,8 @@ LATEST_WINS = "latest wins"
 STALE_WRITER = "stale writer"
 SAVED_TWICE = "same checkpoint twice"
 RESUMED_RUN = "resumed run"
+CONSTANT_COST = "constant cost"
+CONCURRENT_WRITERS = "concurrent writers"
 
 
 class StoreConformanceError(AssertionError):
@@ -118,7 +133,13 @@ class StoreConformanceError(AssertionError):
         self.property = name
 
 
-def check_store(make_store: StoreFactory, *, stale_error: type[Exception] = Exception) -> None:
+def check_store(
+    make_store: StoreFactory,
+    *,
+    stale_error: type[Exception] = Exception,
+    incremental: bool = False,
+    writers: int = 0,
+) -> None:
     """Check that a store behaves as resuming relies on; raise on the first broken property.
 
     The properties are listed in this module's documentation. ``make_store``
@@ -135,6 +156,17 @@ def check_store(make_store: StoreFactory, *, stale_error: type[Exception] = Exce
             checkpoint (ignoring it is accepted too). The default accepts any
             `Exception`; pass your store's own error to make sure a stale
             checkpoint is refused with it and not by some unrelated failure.
+        incremental: Also check **constant cost**: that a store saving a long
+            chain does not serialise, compare or copy earlier outputs again
+            with every checkpoint. The kit sees only what happens to the
+            outputs themselves (each is a `dict` subclass counting its
+            ``items``, ``keys``, ``values``, iteration, ``==``, ``copy`` and
+            pickling): it catches ``json.dumps(checkpoint.to_dict())`` and
+            deep copies, not a store that copies references or encodes with
+            a library that reads dicts without calling their methods.
+        writers: Also check **concurrent writers** with this many threads
+            (at least 2) saving into one store at once. Leave it 0 for a store
+            meant for one writer at a time.
 
     Raises:
         StoreConformanceError: The first property the store breaks (an
@@ -178,20 +210,33 @@ def check_store(make_store: StoreFactory, *, stale_error: type[Exception] = Exce
             "use 'await check_store_async(...)' instead"
         )
         raise RuntimeError(msg)
-    samples = asyncio.run(_Samples.build())
+    _check_writers(writers)
+    samples = asyncio.run(_Samples.build(incremental=incremental, writers=writers))
     _drive(_Kit(make_store, stale_error, samples, sync=True).check())
 
 
 async def check_store_async(
-    make_store: StoreFactory, *, stale_error: type[Exception] = Exception
+    make_store: StoreFactory,
+    *,
+    stale_error: type[Exception] = Exception,
+    incremental: bool = False,
+    writers: int = 0,
 ) -> None:
     """Like `check_store`, for stores whose ``save`` or ``load`` return awaitables.
 
     Plain functions work too. Use it from async code (an async test), where
-    `check_store` cannot start its own event loop.
+    `check_store` cannot start its own event loop. With ``writers``, the
+    concurrent writers are tasks of this event loop rather than threads.
     """
-    samples = await _Samples.build()
+    _check_writers(writers)
+    samples = await _Samples.build(incremental=incremental, writers=writers)
     await _Kit(make_store, stale_error, samples, sync=False).check()
+
+
+def _check_writers(writers: int) -> None:
+    if type(writers) is not int or writers == 1 or writers < 0:
+        msg = f"writers must be 0 (no concurrency check) or an int of at least 2, got {writers!r}"
+        raise ValueError(msg)
 
 
 # --- the checkpoints the kit saves ------------------------------------------------------
@@ -254,16 +299,76 @@ class _Samples:
     resumed: tuple[WorkflowCheckpoint, ...]  # resumed from failed[-1], finishes
     rerun: tuple[WorkflowCheckpoint, ...]  # resumed from run[-1] with rerun=["c"]
     copy: WorkflowCheckpoint  # run[-1] after to_dict, json and from_dict
+    chain: tuple[WorkflowCheckpoint, ...]  # a long chain of Counted outputs (incremental)
+    workers: tuple[tuple[WorkflowCheckpoint, ...], ...]  # each writer's seq 1-4 (writers)
 
     @classmethod
-    async def build(cls) -> _Samples:
+    async def build(cls, *, incremental: bool = False, writers: int = 0) -> _Samples:
         run = await _run(_workflow())
         sibling = (await _run(_workflow(variant=" (another worker)"), run[1]))[0]
         failed = await _run(_workflow(fail=True))
         resumed = await _run(_workflow(), failed[-1])
         rerun = await _run(_workflow(variant=" (rerun)"), run[-1], rerun=["c"])
         copy = WorkflowCheckpoint.from_dict(json.loads(json.dumps(run[-1].to_dict())))
-        return cls(run, sibling, failed, resumed, rerun, copy)
+        chain = await _run(_chain(CHAIN_LENGTH)) if incremental else ()
+        workers = [run]
+        for number in range(1, writers):
+            fork = await _run(_workflow(variant=f" (worker {number})"), run[1])
+            workers.append((*run[:2], *fork[:2]))
+        return cls(run, sibling, failed, resumed, rerun, copy, chain, tuple(workers[:writers]))
+
+
+CHAIN_LENGTH = 60
+_LAST_SEQ = 4  # every writer of the concurrency check saves seq 1 to 4
+
+
+class _Counted(dict[str, Any]):
+    """An output that counts what a store does with it, other than hold a reference."""
+
+    touched = 0  # reset and read by the kit around each save; saves run one at a time
+
+    def _touch(self) -> None:
+        _Counted.touched += 1
+
+    def items(self) -> Any:  # what json.dumps asks a dict subclass for
+        self._touch()
+        return super().items()
+
+    def keys(self) -> Any:
+        self._touch()
+        return super().keys()
+
+    def values(self) -> Any:
+        self._touch()
+        return super().values()
+
+    def __iter__(self) -> Any:
+        self._touch()
+        return super().__iter__()
+
+    def __eq__(self, other: object) -> bool:
+        self._touch()
+        return super().__eq__(other)
+
+    __hash__ = None  # as a dict's
+
+    def copy(self) -> dict[str, Any]:
+        self._touch()
+        return dict(super().items())
+
+    def __reduce_ex__(self, protocol: Any) -> Any:  # pickle and copy.deepcopy
+        self._touch()
+        return (dict, (dict(super().items()),))
+
+
+def _chain(length: int) -> Workflow:
+    def make(number: int) -> Step:
+        def run(_ctx: Any) -> _Counted:
+            return _Counted(step=number, text=f"output {number} of the chain")
+
+        return Step(f"s{number}", run, depends_on=(f"s{number - 1}",) if number else ())
+
+    return Workflow([make(number) for number in range(length)])
 
 
 # --- the checks -------------------------------------------------------------------------
@@ -337,6 +442,10 @@ class _Kit:
         await self.stale_writer()
         await self.saved_twice()
         await self.resumed_run()
+        if self.samples.chain:
+            await self.constant_cost()
+        if self.samples.workers:
+            await self.concurrent_writers()
 
     # -- helpers --
 
@@ -502,6 +611,128 @@ class _Kit:
         save, load = self.fresh(name)
         await self.save_all(name, save, load, samples.run, "a run")
         await self.save_all(name, save, load, samples.rerun, "that run resumed with rerun=['c']")
+
+    async def constant_cost(self) -> None:
+        name = CONSTANT_COST
+        chain = self.samples.chain
+        save, load = self.fresh(name)
+        total = worst = worst_seq = 0
+        for checkpoint in chain:
+            _Counted.touched = 0
+            await self.save(name, save, checkpoint, f"saving seq {checkpoint.seq} of a chain")
+            touched = _Counted.touched
+            # The new outputs are written now: the store may look at each of them once.
+            touched = max(0, touched - len(checkpoint.new_outputs))
+            total += touched
+            if touched > worst:
+                worst, worst_seq = touched, checkpoint.seq
+        when = f"after saving the {len(chain)} checkpoints of a {len(chain)}-step chain"
+        await self.expect(name, load, chain[-1], when)
+        if total > len(chain):
+            msg = (
+                f"{when}, the store serialised, compared or copied outputs of earlier "
+                f"checkpoints {total} times (at most {worst}, at seq {worst_seq}), expected at "
+                f"most {len(chain)}: each checkpoint should write only its new_outputs"
+            )
+            raise StoreConformanceError(name, msg)
+
+    async def concurrent_writers(self) -> None:
+        name = CONCURRENT_WRITERS
+        workers = self.samples.workers
+        save, load = self.fresh(name)
+        if self.sync:
+            outcomes = _in_threads(save, workers)
+        else:
+            outcomes = await asyncio.gather(*(self.worker(save, work) for work in workers))
+        accepted: list[WorkflowCheckpoint] = []
+        refused: list[tuple[WorkflowCheckpoint, BaseException]] = []
+        for work, outcome in zip(workers, outcomes, strict=True):
+            for checkpoint, problem in zip(work, outcome, strict=True):
+                if problem is None:
+                    accepted.append(checkpoint)
+                elif isinstance(problem, self.stale_error):
+                    refused.append((checkpoint, problem))
+                else:
+                    raise self.not_stale(len(workers), checkpoint, problem)
+        if not any(checkpoint.seq == _LAST_SEQ for checkpoint in accepted):
+            # The first seq 4 to arrive is newer than anything stored: it must be saved.
+            checkpoint, problem = next((c, p) for c, p in refused if c.seq == _LAST_SEQ)
+            raise self.not_stale(len(workers), checkpoint, problem)
+        when = f"after {len(workers)} writers each saved seq 1 to 4 of one run at once"
+        got = await self.load(name, load, when)
+        top = _LAST_SEQ
+        candidates = [c.to_dict() for c in accepted if c.seq == top]
+        if isinstance(got, WorkflowCheckpoint) and got.to_dict() in candidates:
+            return
+        msg = (
+            f"{when}, load() returned {_describe(got)}, expected one of the {len(candidates)} "
+            f"checkpoints with seq={top} whose save returned, whole"
+        )
+        raise StoreConformanceError(name, msg)
+
+    def not_stale(
+        self, writers: int, checkpoint: WorkflowCheckpoint, problem: BaseException
+    ) -> StoreConformanceError:
+        msg = (
+            f"while {writers} writers saved at once, save(seq={checkpoint.seq}) raised "
+            f"{type(problem).__name__}: {problem}; "
+            + (
+                "yet no other writer's seq 4 was saved, so it was not stale"
+                if isinstance(problem, self.stale_error)
+                else f"expected it to return or raise {self.stale_error.__name__}"
+            )
+        )
+        error = StoreConformanceError(CONCURRENT_WRITERS, msg)
+        error.__cause__ = problem
+        return error
+
+    async def worker(
+        self, save: Save, work: tuple[WorkflowCheckpoint, ...]
+    ) -> list[BaseException | None]:
+        """One writer of `concurrent_writers` as a task: None when saved, else what it raised."""
+        outcome: list[BaseException | None] = []
+        for checkpoint in work:
+            await asyncio.sleep(0)  # let the other writers' saves interleave with this one
+            try:
+                await self.call(save, checkpoint)
+            except _AwaitableInSyncCheckError:  # pragma: no cover - only the sync kit raises it
+                raise
+            except Exception as exc:  # noqa: BLE001 - judged with the others' outcomes
+                outcome.append(exc)
+            else:
+                outcome.append(None)
+        return outcome
+
+
+def _in_threads(
+    save: Save, workers: tuple[tuple[WorkflowCheckpoint, ...], ...]
+) -> list[list[BaseException | None]]:
+    """Run each worker's saves in its own thread, all released at once by a barrier."""
+    outcomes: list[list[BaseException | None]] = [[] for _ in workers]
+    start = threading.Barrier(len(workers))
+
+    def work(number: int) -> None:
+        start.wait()
+        for checkpoint in workers[number]:
+            try:
+                result = save(checkpoint)
+            except Exception as exc:  # noqa: BLE001 - judged with the others' outcomes
+                outcomes[number].append(exc)
+                continue
+            if inspect.isawaitable(result):
+                if inspect.iscoroutine(result):
+                    result.close()
+                msg = "save returned an awaitable; use 'await check_store_async(...)'"
+                outcomes[number].append(TypeError(msg))
+            else:
+                outcomes[number].append(None)
+
+    threads = [threading.Thread(target=work, args=(number,)) for number in range(len(workers))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outcomes
 
 
 def _name(function: Callable[..., object]) -> str:

@@ -108,3 +108,34 @@ def test_cancel_soak_prints_a_row_per_schedule() -> None:
     lines = done.stdout.splitlines()
     assert lines[0] == "| schedule | trials | trials with a broken promise |"
     assert lines[2:4] == ["| batch | 5 | 0 |", "| eager | 5 | 0 |"]
+
+
+def test_stores_prints_a_row_per_store_and_output_size_on_tiny_chains() -> None:
+    """`stores.py --peers none` measures each bundled store in fresh processes; no timings."""
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "stores.py"),
+        "--sizes",
+        "5,10",
+        "--output-sizes",
+        "20,100",
+        "--bytes-steps",
+        "10",
+        "--repeat",
+        "1",
+        "--peers",
+        "none",
+    ]
+    done = subprocess.run(  # noqa: S603 - our own interpreter and script
+        command, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "| store | output | 5 steps | 10 steps | last / first |"
+    stores = ("JsonFileStore", "JsonLinesStore", "SQLiteStore")
+    rows = [line.split(" | ")[:2] for line in lines[2:8]]
+    assert rows == [[f"| {store}", size] for store in stores for size in ("20 B", "100 B")]
+    assert lines[8] == ""
+    assert lines[9] == "| store | bytes written, 10 steps of 1 KB | output bytes | ratio |"
+    assert [line.split(" | ")[0] for line in lines[11:]] == [f"| {store}" for store in stores]
+    assert all(line.split(" | ")[2] == "10,020" for line in lines[11:])  # 10 x (1,000 + 2)

@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import json
 import re
+import threading
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -81,8 +82,25 @@ BUILT_IN: list[tuple[str, Callable[[Path], Any]]] = [
 
 @pytest.mark.parametrize("make", [make for _, make in BUILT_IN], ids=[n for n, _ in BUILT_IN])
 def test_every_built_in_store_passes_the_kit(tmp_path: Path, make: Callable[[Path], Any]) -> None:
-    """They refuse stale checkpoints with StaleCheckpointError, which the kit checks for."""
-    check_store(_factory(tmp_path, make), stale_error=StaleCheckpointError)
+    """They refuse stale checkpoints with StaleCheckpointError, also from 8 threads at once."""
+    check_store(_factory(tmp_path, make), stale_error=StaleCheckpointError, writers=8)
+
+
+INCREMENTAL = {"json-lines"}
+
+
+@pytest.mark.parametrize("make", [make for _, make in BUILT_IN], ids=[n for n, _ in BUILT_IN])
+def test_only_the_incremental_built_in_store_has_constant_cost(
+    tmp_path: Path, make: Callable[[Path], Any], request: pytest.FixtureRequest
+) -> None:
+    """JsonLinesStore passes incremental=True; the full-snapshot stores fail it, saying why."""
+    factory = _factory(tmp_path, make)
+    if request.node.callspec.id in INCREMENTAL:
+        check_store(factory, stale_error=StaleCheckpointError, incremental=True)
+        return
+    with pytest.raises(StoreConformanceError) as caught:
+        check_store(factory, stale_error=StaleCheckpointError, incremental=True)
+    assert str(caught.value) == SNAPSHOT_COST
 
 
 @pytest.mark.parametrize("make", [make for _, make in BUILT_IN], ids=[n for n, _ in BUILT_IN])
@@ -99,7 +117,7 @@ async def test_the_async_kit_accepts_async_wrappers(
             lambda: asyncio.to_thread(store.load),
         )
 
-    await check_store_async(make_store, stale_error=StaleCheckpointError)
+    await check_store_async(make_store, stale_error=StaleCheckpointError, writers=4)
 
 
 def test_a_store_that_ignores_stale_checkpoints_passes() -> None:
@@ -508,3 +526,127 @@ def test_each_scenario_gets_fresh_storage() -> None:
     check_store(make_store)
     assert len(made) == 10
     assert len({id(store) for store in made}) == 10
+
+
+# --- the opt-in properties: constant cost and concurrent writers ------------------------
+
+SNAPSHOT_COST = (
+    "constant cost: after saving the 60 checkpoints of a 60-step chain, the store serialised, "
+    "compared or copied outputs of earlier checkpoints 1770 times (at most 59, at seq 60), "
+    "expected at most 60: each checkpoint should write only its new_outputs"
+)
+
+
+class AppendsNewOutputs(MemoryStore):
+    """Keeps the outputs apart and adds each checkpoint's new ones: constant cost."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.outputs: dict[str, Any] = {}
+        self.lock = threading.Lock()
+
+    def save(self, checkpoint: WorkflowCheckpoint) -> None:
+        with self.lock:
+            if self.data is not None and checkpoint.seq <= self.data["seq"]:
+                return
+            new = checkpoint.new_outputs if self.data is not None else tuple(checkpoint.outputs)
+            if self.data is not None and len(self.outputs) + len(new) != len(checkpoint.outputs):
+                new = tuple(checkpoint.outputs)  # not the next checkpoint: take them all
+                self.outputs = {}
+            self.outputs.update(_copy({name: checkpoint.outputs[name] for name in new}))
+            self.outputs = {name: self.outputs[name] for name in checkpoint.outputs}
+            self.data = {"seq": checkpoint.seq, "head": checkpoint}
+
+    def load(self) -> WorkflowCheckpoint | None:
+        if self.data is None:
+            return None
+        head: WorkflowCheckpoint = self.data["head"]
+        rest = {key: value for key, value in head.to_dict().items() if key != "outputs"}
+        return WorkflowCheckpoint.from_dict({**_copy(rest), "outputs": dict(self.outputs)})
+
+
+def test_a_store_that_writes_only_new_outputs_has_constant_cost() -> None:
+    check_store(pairs(AppendsNewOutputs), incremental=True, writers=4)
+
+
+def test_a_full_snapshot_store_fails_constant_cost_naming_the_count() -> None:
+    """MemoryStore copies to_dict() through json on every save: 59 + 58 + ... touches."""
+    check_store(pairs(MemoryStore))  # without the opt-in, nothing is said about cost
+    with pytest.raises(StoreConformanceError) as caught:
+        check_store(pairs(MemoryStore), incremental=True)
+    assert caught.value.property == "constant cost"
+    assert str(caught.value) == SNAPSHOT_COST
+
+
+async def test_the_async_kit_checks_constant_cost_too() -> None:
+    await check_store_async(pairs(AppendsNewOutputs), incremental=True, writers=4)
+    with pytest.raises(StoreConformanceError, match=r"^constant cost: "):
+        await check_store_async(pairs(MemoryStore), incremental=True)
+
+
+class PerThread(MemoryStore):
+    """Keeps a checkpoint per thread, like an in-memory database opened in each thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.local = threading.local()
+
+    def save(self, checkpoint: WorkflowCheckpoint) -> None:
+        data = getattr(self.local, "data", None)
+        if data is None or checkpoint.seq > data["seq"]:
+            self.local.data = _copy(checkpoint.to_dict())
+
+    def load(self) -> WorkflowCheckpoint | None:
+        data = getattr(self.local, "data", None)
+        return None if data is None else WorkflowCheckpoint.from_dict(data)
+
+
+class OneThreadOnly(MemoryStore):
+    """Refuses to be used from any thread but the one that made it, like a sqlite3 connection."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.owner = threading.get_ident()
+
+    def save(self, checkpoint: WorkflowCheckpoint) -> None:
+        if threading.get_ident() != self.owner:
+            msg = "objects created in a thread can only be used in that same thread"
+            raise RuntimeError(msg)
+        super().save(checkpoint)
+
+
+def test_a_store_whose_threads_do_not_share_storage_fails_concurrent_writers() -> None:
+    check_store(pairs(PerThread))  # one thread at a time, it is fine
+    with pytest.raises(StoreConformanceError) as caught:
+        check_store(pairs(PerThread), writers=4)
+    assert caught.value.property == "concurrent writers"
+    assert str(caught.value) == (
+        "concurrent writers: after 4 writers each saved seq 1 to 4 of one run at once, load() "
+        "returned None, expected one of the 4 checkpoints with seq=4 whose save returned, whole"
+    )
+
+
+def test_a_store_that_fails_in_other_threads_fails_concurrent_writers() -> None:
+    with pytest.raises(StoreConformanceError) as caught:
+        check_store(pairs(OneThreadOnly), writers=2)
+    assert str(caught.value) == (
+        "concurrent writers: while 2 writers saved at once, save(seq=4) raised RuntimeError: "
+        "objects created in a thread can only be used in that same thread; yet no other "
+        "writer's seq 4 was saved, so it was not stale"
+    )
+    with pytest.raises(StoreConformanceError) as caught:
+        check_store(pairs(OneThreadOnly), stale_error=StaleCheckpointError, writers=2)
+    assert str(caught.value) == (
+        "concurrent writers: while 2 writers saved at once, save(seq=1) raised RuntimeError: "
+        "objects created in a thread can only be used in that same thread; expected it to "
+        "return or raise StaleCheckpointError"
+    )
+
+
+@pytest.mark.parametrize("writers", [1, -1, 2.0, True])
+def test_writers_is_zero_or_at_least_two(writers: Any) -> None:
+    with pytest.raises(ValueError, match="writers must be 0") as caught:
+        check_store(pairs(MemoryStore), writers=writers)
+    assert str(caught.value) == (
+        f"writers must be 0 (no concurrency check) or an int of at least 2, got {writers!r}"
+    )

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +23,15 @@ from executionkit.stores._files import (
     read_bytes,
     write_all,
 )
-from executionkit.stores._lines_format import COST, Rebuild, pack_info
+from executionkit.stores._lines_format import (
+    COST,
+    LogPrefix,
+    Rebuild,
+    extra_fields,
+    follows,
+    log_prefix,
+    pack_info,
+)
 from executionkit.stores._unstorable import unstorable
 
 
@@ -32,6 +42,9 @@ class _LinesState:
     file_id: FileId | None  # None: the file does not exist
     end: int  # bytes up to the end of the last line that counts
     latest: WorkflowCheckpoint | None  # the checkpoint the counted lines rebuild to
+    # The run's output log whose first names are, in order, the outputs the lines rebuild
+    # to, and how many; None when not known to be so (see _lines_format.follows).
+    prefix: LogPrefix | None = None
 
 
 class JsonLinesStore:
@@ -41,37 +54,48 @@ class JsonLinesStore:
     time, so for a long chain the bytes written grow with the square of its
     length. This store appends one line per checkpoint holding only what
     changed: the outputs recorded since the line before (with their steps'
-    versions and dependencies) and the counters. The bytes written stay close
-    to the size of the outputs themselves.
+    versions and dependencies) and the other fields. Each save writes and
+    computes only that: the run's next checkpoint is recognised in constant
+    time (it shares the run's output log with the one stored, and counts its
+    outputs plus ``new_outputs``), so no earlier output is walked, compared or
+    encoded again, however long the run.
 
     The line format (compact JSON, one object per line): ``s`` is ``seq``;
     ``n`` maps each newly recorded step to ``[output, info]``, where ``info``
     is the list of its dependencies, or ``{"v": version, "d": dependencies}``
     for a versioned step; ``c`` is the token usage ``[input, output, calls]``
     and ``t`` the time; ``errors``, ``progress`` and ``progress_info`` appear
-    when there are any. A line that starts a run, or changes what the file
-    holds otherwise (a resumed run dropped outputs, or passed new metadata or
+    when there are any, and ``x`` holds any other key of
+    `WorkflowCheckpoint.to_dict` (none in format 2: later formats add some).
+    A line that starts a run, or changes what the file holds otherwise (a
+    resumed run dropped outputs or reordered them, or passed new metadata or
     context keys), also holds ``run``: the ``run_id``, ``context_keys``,
-    ``metadata`` and ``keep``, every output name the checkpoint records.
+    ``metadata`` and ``keep``, every output name the checkpoint records, in
+    order.
 
-    `load` folds the lines in order. A line counts once its newline is
-    written: a torn last line, left by a crash in the middle of a write, is
-    ignored (that checkpoint was never stored, and the run resumes from the one
-    before) and is cut off before the next append. A damaged line anywhere else
-    raises `CheckpointFormatError` naming ``file:line``. Outputs a resumed run
-    dropped (a rerun or an invalidated step) stay dropped in the rebuild.
+    `load` reads the file once and folds the lines in order, rebuilding the
+    latest checkpoint exactly (``to_dict()`` equal, output order included). A
+    line counts once its newline is written: a torn last line, left by a
+    crash in the middle of a write, is ignored (that checkpoint was never
+    stored, and the run resumes from the one before) and is cut off before the
+    next append. A damaged line anywhere else raises `CheckpointFormatError`
+    naming ``file:line``. Outputs a resumed run dropped (a rerun or an
+    invalidated step) stay dropped in the rebuild.
 
     A checkpoint that does not follow the stored one (the first, one of
-    another run, or one from a run resumed from elsewhere) is written with
-    every output the file lacks or holds differently, so the rebuild always
-    equals the checkpoint saved. A checkpoint of another ``run_id`` starts the
-    file over; within a run, one that is not newer than the stored one is
-    refused with `StaleCheckpointError`. One writer per file: appends from
-    several processes are not coordinated.
+    another run, one from a run resumed from the file or from elsewhere, one
+    read back with `WorkflowCheckpoint.from_dict`) is compared with what the
+    file holds, output by output, and written with every output the file
+    lacks or holds differently, so the rebuild always equals the checkpoint
+    saved. A checkpoint of another ``run_id`` starts the file over; within a
+    run, one that is not newer than the stored one is refused with
+    `StaleCheckpointError`. One writer per file: appends from several
+    processes are not coordinated (threads sharing one store are).
 
     Only checkpoints of the current format (those `Workflow.run` writes) can be
-    stored; ``load`` reads the whole file, so for very long files compact it
-    (a fresh store, one save of ``load()``) when a run finishes.
+    stored. Lines that no longer count (outputs a rerun replaced, runs the
+    file started over from) stay until `compact` rewrites the file as its
+    latest checkpoint alone.
 
     Args:
         path: The ``.jsonl`` file; created on the first save.
@@ -115,13 +139,13 @@ class JsonLinesStore:
                 if checkpoint.seq == latest.seq and self._same(checkpoint, latest):
                     return
                 raise stale(repr(self), checkpoint, latest.seq)
-            line = self._line(checkpoint, latest if same_run else None)
+            line, prefix = self._line(checkpoint, latest if same_run else None, state.prefix)
             try:
                 data = (dumps(line) + "\n").encode("utf-8")
             except (TypeError, ValueError, RecursionError) as exc:
                 raise unstorable(checkpoint, repr(self), exc) from exc
             self._state = None  # unknown until the append has finished
-            self._state = self._append(state, data, checkpoint)
+            self._state = self._append(state, data, checkpoint, prefix)
 
     def load(self) -> WorkflowCheckpoint | None:
         """Return the latest checkpoint the file holds, or None if it holds none.
@@ -135,6 +159,57 @@ class JsonLinesStore:
         with self._lock:
             self._state = self._read()
             return self._state.latest
+
+    def compact(self) -> None:
+        """Rewrite the file as one line holding its latest checkpoint, atomically.
+
+        The file grows by each checkpoint's new outputs, so a run that drops
+        outputs (``rerun``, invalidated steps) or starts over leaves lines that
+        no longer count, and `load` reads them all. Compaction writes the
+        latest checkpoint alone to a temporary file in the same folder, fsyncs
+        it, renames it over the file and fsyncs the folder: whenever the
+        process dies, the file holds the old lines or the new one, never a mix.
+        It costs one read of the file and one write of the latest checkpoint,
+        about what a `JsonFileStore` save costs. Call it when a run has
+        finished, or when the file is several times larger than its latest
+        checkpoint; not while another process appends to the file. A missing
+        or empty file is left as it is.
+
+        Raises:
+            CheckpointFormatError: If the file holds damaged lines (it is then
+                left as it is).
+            OSError: If writing fails; the file is then left as it was.
+        """
+        with self._lock:
+            state = self._current()
+            latest = state.latest
+            if latest is None:
+                return
+            line, _ = self._line(latest, None, None)
+            data = (dumps(line) + "\n").encode("utf-8")
+            self._state = None  # unknown until the rename has finished
+            # The line keeps the outputs in their order, so the prefix still holds.
+            self._state = _LinesState(self._replace(data), len(data), latest, state.prefix)
+
+    def _replace(self, data: bytes) -> FileId:
+        fd, name = tempfile.mkstemp(
+            prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent
+        )
+        temp = Path(name)
+        try:
+            try:
+                write_all(fd, data)
+                os.fsync(fd)
+                file_id = fd_id(fd)
+            finally:
+                os.close(fd)
+            temp.replace(self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                temp.unlink()
+            raise
+        fsync_folder(self.path.parent)
+        return file_id
 
     def _same(self, checkpoint: WorkflowCheckpoint, latest: WorkflowCheckpoint) -> bool:
         if checkpoint is latest:
@@ -153,33 +228,33 @@ class JsonLinesStore:
         return self._state
 
     def _line(
-        self, checkpoint: WorkflowCheckpoint, previous: WorkflowCheckpoint | None
-    ) -> dict[str, Any]:
-        held = previous.outputs if previous is not None else {}
-        held_info = previous.step_info if previous is not None else {}
-        reported = set(checkpoint.new_outputs)
-        new = {}
-        for name, value in checkpoint.outputs.items():
-            info = checkpoint.step_info.get(name)
-            if (
-                name in reported
-                or name not in held
-                or not _unchanged(held[name], value)
-                or not _unchanged(held_info.get(name), info)
-            ):
-                new[name] = [value, pack_info(info)]
+        self,
+        checkpoint: WorkflowCheckpoint,
+        previous: WorkflowCheckpoint | None,
+        prefix: LogPrefix | None,
+    ) -> tuple[dict[str, Any], LogPrefix | None]:
+        """The line for ``checkpoint``, and the log prefix the file rebuilds to after it."""
+        after = None if previous is None else follows(checkpoint, previous, prefix)
+        if previous is not None and after is not None:
+            # The run's next checkpoint: only its new outputs differ from the file.
+            new = {
+                name: [checkpoint.outputs[name], pack_info(checkpoint.step_info.get(name))]
+                for name in checkpoint.new_outputs
+            }
+            restart = (
+                previous.context_keys != checkpoint.context_keys
+                or previous.metadata != checkpoint.metadata
+            )
+        else:
+            new, restart = _differences(checkpoint, previous)
+            after = log_prefix(checkpoint)
         line: dict[str, Any] = {
             "s": checkpoint.seq,
             "n": new,
             "c": [getattr(checkpoint.cost, field) for field in COST],
             "t": checkpoint.created_at,
         }
-        if (
-            previous is None
-            or any(name not in checkpoint.outputs for name in held)  # outputs dropped
-            or previous.context_keys != checkpoint.context_keys
-            or previous.metadata != checkpoint.metadata
-        ):
+        if restart:
             line["run"] = {
                 "run_id": checkpoint.run_id,
                 "context_keys": list(checkpoint.context_keys),
@@ -195,10 +270,17 @@ class JsonLinesStore:
                 for name in checkpoint.progress
                 if name in checkpoint.step_info
             }
-        return line
+        extra = extra_fields(checkpoint)
+        if extra:
+            line["x"] = extra
+        return line, after
 
     def _append(
-        self, state: _LinesState, data: bytes, checkpoint: WorkflowCheckpoint
+        self,
+        state: _LinesState,
+        data: bytes,
+        checkpoint: WorkflowCheckpoint,
+        prefix: LogPrefix | None,
     ) -> _LinesState:
         created = state.file_id is None
         fd = os.open(self.path, WRITE_FLAGS, 0o666)
@@ -213,7 +295,7 @@ class JsonLinesStore:
             os.close(fd)
         if created:
             fsync_folder(self.path.parent)
-        return _LinesState(file_id, state.end + len(data), checkpoint)
+        return _LinesState(file_id, state.end + len(data), checkpoint, prefix)
 
     def _read(self) -> _LinesState:
         read = read_bytes(self.path)
@@ -246,6 +328,40 @@ def _line_problem(exc: ValueError) -> str:
     if isinstance(exc, json.JSONDecodeError):
         return "invalid JSON"
     return f"unreadable JSON: {exc}"  # valid JSON this Python cannot read
+
+
+def _differences(
+    checkpoint: WorkflowCheckpoint, previous: WorkflowCheckpoint | None
+) -> tuple[dict[str, list[Any]], bool]:
+    """Every output the file lacks or holds differently, and whether to say what it keeps.
+
+    The slow path, for a checkpoint that does not follow the stored one (the
+    first, one of another run, or one of a resumed run): it walks every output.
+    The ``run`` entry is needed when the rebuild would otherwise get the names
+    wrong: outputs dropped, their order changed, a new run, new metadata.
+    """
+    held = previous.outputs if previous is not None else {}
+    held_info = previous.step_info if previous is not None else {}
+    reported = set(checkpoint.new_outputs)
+    new = {}
+    for name, value in checkpoint.outputs.items():
+        info = checkpoint.step_info.get(name)
+        if (
+            name in reported
+            or name not in held
+            or not _unchanged(held[name], value)
+            or not _unchanged(held_info.get(name), info)
+        ):
+            new[name] = [value, pack_info(info)]
+    if previous is None:
+        return new, True
+    rebuilt = [*held, *(name for name in new if name not in held)]
+    restart = (
+        rebuilt != list(checkpoint.outputs)  # outputs dropped, or in another order
+        or previous.context_keys != checkpoint.context_keys
+        or previous.metadata != checkpoint.metadata
+    )
+    return new, restart
 
 
 def _unchanged(held: object, value: object) -> bool:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import reprlib
 from typing import TYPE_CHECKING, Any
 
-from executionkit._checkpoint import FORMAT_VERSION, WorkflowCheckpoint
+from executionkit._checkpoint import FORMAT_VERSION, WorkflowCheckpoint, trusted_checkpoint
 from executionkit._errors import CheckpointFormatError
 from executionkit.stores._common import TOO_DEEP
 
@@ -13,6 +14,89 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 COST = ("input_tokens", "output_tokens", "llm_calls")
+
+# The keys of `WorkflowCheckpoint.to_dict` a line writes in its own compact way; any
+# other key (those a later format adds) is carried as it is under "x".
+_WRITTEN = frozenset(
+    {
+        "version",
+        "run_id",
+        "seq",
+        "step_index",
+        "created_at",
+        "outputs",
+        "cost",
+        "context_keys",
+        "errors",
+        "metadata",
+        "progress",
+        "step_info",
+    }
+)
+_FIELDS = tuple(field.name for field in dataclasses.fields(WorkflowCheckpoint))
+_LARGE = ("outputs", "step_info")
+
+
+LogPrefix = tuple[Any, int]
+"""A run's output log and a length: the outputs a file rebuilds to are its first names."""
+
+
+def _log(checkpoint: WorkflowCheckpoint) -> Any:
+    """The output log of the run that took ``checkpoint``, or None (built by from_dict)."""
+    shared = checkpoint.__dict__.get("_shared")  # the run's SharedFields (see _checkpoint)
+    return None if shared is None else shared.log
+
+
+def follows(
+    checkpoint: WorkflowCheckpoint, previous: WorkflowCheckpoint, prefix: LogPrefix | None
+) -> LogPrefix | None:
+    """The prefix after ``checkpoint`` if it is ``previous`` plus its new outputs, else None.
+
+    Known in O(new outputs): the file rebuilds to the first ``length`` names
+    of the run's output log (which only ever grows, each name once), and this
+    checkpoint, taken by the same run, counts ``length`` plus its new outputs,
+    which are the log's next names, in order. Anything else (a resumed run,
+    whose log starts again; a checkpoint built by `WorkflowCheckpoint.from_dict`;
+    a ``checkpoint_fn`` that skipped one; a checkpoint taken in the middle of a
+    batch, whose outputs that landed early are not in the log yet) is compared
+    output by output instead.
+    """
+    log = _log(checkpoint)
+    if log is None or prefix is None or prefix[0] is not log:
+        return None
+    length = prefix[1]
+    new = checkpoint.new_outputs
+    end = checkpoint.step_index
+    if (
+        previous.step_index == length
+        and checkpoint.run_id == previous.run_id
+        and checkpoint.seq > previous.seq
+        and end == length + len(new)
+        and end <= len(log.names)
+        and tuple(log.names[length:end]) == tuple(new)
+    ):
+        return log, end
+    return None
+
+
+def log_prefix(checkpoint: WorkflowCheckpoint) -> LogPrefix | None:
+    """The prefix ``checkpoint`` rebuilds to, found by walking its outputs (the slow path)."""
+    log = _log(checkpoint)
+    end = checkpoint.step_index
+    if log is None or end > len(log.names) or list(checkpoint.outputs) != log.names[:end]:
+        return None
+    return log, end
+
+
+def extra_fields(checkpoint: WorkflowCheckpoint) -> dict[str, Any]:
+    """The keys of ``checkpoint.to_dict()`` a line does not write otherwise (none in format 2).
+
+    Computed from a copy without outputs and step info, so that it costs
+    O(1) however many outputs the checkpoint records.
+    """
+    fields = {name: getattr(checkpoint, name) for name in _FIELDS if name not in _LARGE}
+    light = trusted_checkpoint({**fields, "outputs": {}, "step_info": {}})
+    return {key: value for key, value in light.to_dict().items() if key not in _WRITTEN}
 
 
 def pack_info(info: Mapping[str, Any] | None) -> object:
@@ -67,6 +151,7 @@ class Rebuild:
         state["cost"] = dict(zip(COST, cost, strict=True))
         state["errors"] = line.get("errors", {})
         state["progress"] = line.get("progress", {})
+        state["extra"] = line.get("x", {})
         self.state = state
 
     def _check(
@@ -92,6 +177,9 @@ class Rebuild:
         progress_info = line.get("progress_info", {})
         if not isinstance(progress_info, dict):
             raise self._bad(number, "'progress_info' must be a dict")
+        extra = line.get("x", {})
+        if not isinstance(extra, dict) or any(key in _WRITTEN for key in extra):
+            raise self._bad(number, "'x' must be a dict of the fields a line has no key for")
         return line["n"], cost, progress_info
 
     def _start(
@@ -141,12 +229,16 @@ class Rebuild:
         progress = state["progress"]
         if not isinstance(progress, dict):
             progress = {}  # from_dict names the field below
-        described = set(state["outputs"]) | set(progress)
-        state["step_info"] = {k: v for k, v in state["step_info"].items() if k in described}
+        # In the order a run's checkpoints list them: the outputs', then progress-only steps'.
+        info = state["step_info"]
+        described = {**dict.fromkeys(state["outputs"]), **dict.fromkeys(progress)}
+        state["step_info"] = {name: info[name] for name in described if name in info}
         state["step_index"] = len(state["outputs"])
+        data = {key: value for key, value in state.items() if key != "extra"}
+        data.update(state["extra"])
         where = f"{self.path}: the lines do not rebuild into a valid checkpoint"
         try:
-            return WorkflowCheckpoint.from_dict(state)
+            return WorkflowCheckpoint.from_dict(data)
         except CheckpointFormatError as exc:
             raise CheckpointFormatError(f"{where}: {exc}", path=exc.path) from exc
         except RecursionError:
