@@ -70,7 +70,7 @@ class StoreSpec:
 
 def _postgres(folder: Path, args: argparse.Namespace) -> Callable[[WorkflowCheckpoint], object]:
     del folder  # each measurement uses a run_id of its own instead of fresh storage
-    store: Callable[[WorkflowCheckpoint], object] = bundled.PostgresStore(args.postgres)  # type: ignore[attr-defined]
+    store: Callable[[WorkflowCheckpoint], object] = bundled.PostgresStore(args.postgres)
     return store
 
 

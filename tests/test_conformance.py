@@ -86,14 +86,14 @@ def test_every_built_in_store_passes_the_kit(tmp_path: Path, make: Callable[[Pat
     check_store(_factory(tmp_path, make), stale_error=StaleCheckpointError, writers=8)
 
 
-INCREMENTAL = {"json-lines"}
+INCREMENTAL = {"json-lines", "sqlite", "sqlite-history"}
 
 
 @pytest.mark.parametrize("make", [make for _, make in BUILT_IN], ids=[n for n, _ in BUILT_IN])
 def test_only_the_incremental_built_in_store_has_constant_cost(
     tmp_path: Path, make: Callable[[Path], Any], request: pytest.FixtureRequest
 ) -> None:
-    """JsonLinesStore passes incremental=True; the full-snapshot stores fail it, saying why."""
+    """JsonLinesStore and SQLiteStore pass incremental=True; JsonFileStore fails it, saying why."""
     factory = _factory(tmp_path, make)
     if request.node.callspec.id in INCREMENTAL:
         check_store(factory, stale_error=StaleCheckpointError, incremental=True)
