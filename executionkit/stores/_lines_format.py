@@ -7,6 +7,7 @@ import reprlib
 from typing import TYPE_CHECKING, Any
 
 from executionkit._checkpoint import FORMAT_VERSION, WorkflowCheckpoint, trusted_checkpoint
+from executionkit._checkpoint_fields import KEYS_BY_VERSION
 from executionkit._errors import CheckpointFormatError
 from executionkit.stores._common import TOO_DEEP
 
@@ -17,22 +18,8 @@ COST = ("input_tokens", "output_tokens", "llm_calls")
 
 # The keys of `WorkflowCheckpoint.to_dict` a line writes in its own compact way; any
 # other key (those a later format adds) is carried as it is under "x".
-_WRITTEN = frozenset(
-    {
-        "version",
-        "run_id",
-        "seq",
-        "step_index",
-        "created_at",
-        "outputs",
-        "cost",
-        "context_keys",
-        "errors",
-        "metadata",
-        "progress",
-        "step_info",
-    }
-)
+# The keys this line format has slots for: those of format 2; later keys go under "x".
+_WRITTEN = KEYS_BY_VERSION[2]
 _FIELDS = tuple(field.name for field in dataclasses.fields(WorkflowCheckpoint))
 _LARGE = ("outputs", "step_info")
 
