@@ -97,7 +97,7 @@ def run_one(
     )
     return {
         "outputs": dict(result.outputs),
-        "restored": list(result.skipped),
+        "restored": list(result.restored),
         "executed": list(result.executed),
         "cost": result.cost.input_tokens,
     }

@@ -391,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     cost = result.cost
     print(
         f"tokens: {cost.input_tokens} in, {cost.output_tokens} out, {cost.llm_calls} calls "
-        f"(skipped: {', '.join(result.skipped) or 'none'})"
+        f"(restored: {', '.join(result.restored) or 'none'})"
     )
     return 0
 

@@ -134,7 +134,7 @@ def demo(client: redis.Redis, run_id: str = "redis-store-demo") -> None:
     assert saved is not None  # noqa: S101 - the failure checkpoint was stored
     print(f"stored in Redis: seq={saved.seq}, done={sorted(saved.outputs)}")
     result = workflow.run_sync(checkpoint_fn=store, resume_from=saved)
-    print(f"resumed: ran {list(result.executed)}, skipped {list(result.skipped)}")
+    print(f"resumed: ran {list(result.executed)}, restored {list(result.restored)}")
     print(f"output: {result.outputs['translate']!r}")
 
 

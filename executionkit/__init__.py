@@ -3,7 +3,7 @@
 A `Workflow` runs named `Step`s in dependency order, concurrently batch by
 batch, and hands a frozen `WorkflowCheckpoint` to your ``checkpoint_fn`` after
 every batch. Store it anywhere via `WorkflowCheckpoint.to_dict`; pass it back as
-``resume_from`` and every recorded step is skipped, its output and token usage
+``resume_from`` and no recorded step runs again: its output and token usage
 restored exactly.
 """
 

@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from executionkit._aio import wait_through
-from executionkit.events import RunStarted, StepInvalidated, StepSkipped
+from executionkit.events import RunStarted, StepInvalidated, StepRestored
 
 if TYPE_CHECKING:
     import contextvars
@@ -59,7 +59,7 @@ class Announcer:
         for name, reason in record.invalidated.items():
             emit(StepInvalidated(run_id, name, reason))
         for name in record.restored:
-            emit(StepSkipped(run_id, name))
+            emit(StepRestored(run_id, name))
 
     def began(self, position: int) -> None:
         """Note when the step at ``position`` started its first attempt."""

@@ -228,7 +228,7 @@ def run_demo(
         checkpoint_fn=save,
         resume_from=checkpoint,
     )
-    print(f"  skipped (already paid for): {', '.join(result.skipped)}")
+    print(f"  restored (already paid for): {', '.join(result.restored)}")
     print(f"  ran now: {', '.join(result.executed)}")
     print("\nToken accounting")
     print(f"  restored from the checkpoint: {_usage(checkpoint.cost)}")

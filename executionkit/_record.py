@@ -277,7 +277,7 @@ class Record:
             cost=self.cost,
             run_id=self.run_id,
             executed=tuple(self.executed),
-            skipped=self.restored,
+            restored=self.restored,
             invalidated=self.invalidated,
             discarded=self.discarded,
         )

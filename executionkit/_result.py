@@ -20,7 +20,7 @@ class WorkflowResult:
         cost: Total token usage: restored from the checkpoint plus newly spent.
         run_id: The run's identifier (kept across resumes).
         executed: Steps that ran in this call, in the order they were recorded.
-        skipped: Steps restored from ``resume_from`` and not run, in declaration order.
+        restored: Steps restored from ``resume_from`` and not run, in declaration order.
         invalidated: Steps the checkpoint recorded but that ran again, each with
             the reason: a changed `Step.version` or dependencies, ``rerun``, or
             depending on such a step. Their earlier token usage stays counted.
@@ -32,6 +32,6 @@ class WorkflowResult:
     cost: TokenUsage = field(default_factory=TokenUsage)
     run_id: str = ""
     executed: tuple[str, ...] = ()
-    skipped: tuple[str, ...] = ()
+    restored: tuple[str, ...] = ()
     invalidated: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     discarded: tuple[str, ...] = ()

@@ -30,8 +30,8 @@ __all__ = [
     "StepFailed",
     "StepFinished",
     "StepInvalidated",
+    "StepRestored",
     "StepRetried",
-    "StepSkipped",
     "StepStarted",
 ]
 
@@ -65,7 +65,7 @@ class RunStarted(Event):
 
 
 @dataclass(frozen=True)
-class StepSkipped(Event):
+class StepRestored(Event):
     """A step is not run because the checkpoint resumed from records it.
 
     Attributes:

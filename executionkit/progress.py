@@ -34,8 +34,8 @@ from executionkit.events import (
     StepFailed,
     StepFinished,
     StepInvalidated,
+    StepRestored,
     StepRetried,
-    StepSkipped,
     StepStarted,
 )
 
@@ -115,7 +115,7 @@ class ConsoleProgress:
             self._run_id = event.run_id
         line = self._apply(event, now)
         if self._live:
-            if not isinstance(event, StepSkipped):  # the next event redraws soon enough
+            if not isinstance(event, StepRestored):  # the next event redraws soon enough
                 self._show_live(line, now)
         elif line is not None:
             text = f"{line.text}; {self._status(now)}" if line.status else line.text
@@ -127,7 +127,7 @@ class ConsoleProgress:
         match event:
             case RunStarted():
                 line = _Line(self._started_run(event))
-            case StepSkipped():
+            case StepRestored():
                 self._done.add(event.step)
             case StepInvalidated():
                 line = _Line(f"{_PREFIX}: {event.step} invalidated: {event.reason}")

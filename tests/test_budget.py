@@ -309,7 +309,7 @@ async def test_resuming_with_a_larger_budget_continues_where_it_stopped(
         checkpoint_fn=checkpoints.append,
     )
     assert sorted(tracker.started) == ["b1", "b2", "c", "d"]
-    assert result.skipped == ("a",)
+    assert result.restored == ("a",)
     assert dict(result.outputs) == dict(uninterrupted.outputs)
     assert result.cost == uninterrupted.cost == FULL_COST
     assert result.run_id == stopped.checkpoint.run_id

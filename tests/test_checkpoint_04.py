@@ -128,7 +128,7 @@ def test_resuming_from_a_04_call_uses_its_context_values() -> None:
         step_index=1, outputs={"document": "hello", "fetch": "hello"}, cost=TokenUsage()
     )
     result = workflow.run_sync(resume_from=saved)
-    assert result.skipped == ("fetch",)
+    assert result.restored == ("fetch",)
     assert result.executed == ("shout",)
     assert result.outputs["shout"] == "HELLO"
 

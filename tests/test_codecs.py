@@ -130,7 +130,7 @@ async def test_resume_decodes_the_recorded_form_for_the_steps_that_run() -> None
     assert isinstance(result.outputs["make"], Point)
     assert result.outputs["describe"] == "described Point(x=1, y=2)"
     assert result.outputs["total"] == 3
-    assert result.skipped == ("make",)
+    assert result.restored == ("make",)
     # The resumed run's checkpoints still hold the recorded (encoded) form.
     assert later[-1].to_dict()["outputs"]["make"] == {"x": 1, "y": 2}
     assert result.cost == MAKE + DESCRIBE
@@ -144,7 +144,7 @@ async def test_rerun_of_a_dependent_sees_the_decoded_object() -> None:
     assert points.calls == Counter(decode=1, describe=1)
     assert points.seen == [Point(1, 2)]
     assert isinstance(points.seen[0], Point)
-    assert result.skipped == ("make", "total")
+    assert result.restored == ("make", "total")
     assert dict(result.invalidated) == {"describe": "rerun requested"}
     assert dict(result.outputs) == {
         "make": Point(1, 2),

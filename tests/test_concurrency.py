@@ -349,7 +349,7 @@ async def test_finish_mode_does_not_start_queued_steps_and_resume_runs_them(
         )
     )
     assert again.runs == Counter(dict.fromkeys(("w1", "w2", "w3", "w4", "w5", "after_w1"), 1))
-    assert resumed.skipped == ("w0",)
+    assert resumed.restored == ("w0",)
     assert resumed.outputs["after_w1"] == "after_w1(w1())"
     assert again.most == 2
 

@@ -32,7 +32,7 @@ def test_demo_fails_saves_and_resumes_exactly(
         "fact_check, headline"
     ) in out
     assert (
-        "skipped (already paid for): load_document, extract_facts, summarize, "
+        "restored (already paid for): load_document, extract_facts, summarize, "
         "classify_topic, fact_check, headline"
     ) in out
     assert "ran now: translate_summary, assemble_report" in out

@@ -568,7 +568,7 @@ async def test_cancelling_an_eager_run_checkpoints_what_finished_and_leaves_no_t
             resume_from=json_round_trip(lab.checkpoints[-1]), schedule="eager"
         )
     )
-    assert resumed.skipped == ("a", "x")
+    assert resumed.restored == ("a", "x")
     assert set(again.runs) == {"held", "c", "after_held"}
     assert dict(resumed.outputs) == {
         "a": "a()",
@@ -595,7 +595,7 @@ async def test_cancelling_an_eager_chain_while_its_only_step_runs() -> None:
     assert [dict(cp.outputs) for cp in lab.checkpoints] == [{"a": "a()"}]
     lab.gates["b"].set()
     resumed = await finish(flow.run(resume_from=lab.checkpoints[-1], schedule="eager"))
-    assert resumed.skipped == ("a",)
+    assert resumed.restored == ("a",)
     assert resumed.executed == ("b", "c")
 
 
@@ -796,7 +796,7 @@ async def test_resuming_an_eager_run_from_any_checkpoint_gives_the_uninterrupted
             assert resumed.cost == full.cost
             assert again == Counter(dict.fromkeys(set(dag.names) - recorded, 1))
             assert set(resumed.executed) == set(dag.names) - recorded
-            assert resumed.skipped == tuple(name for name in dag.names if name in recorded)
+            assert resumed.restored == tuple(name for name in dag.names if name in recorded)
             assert [cp.seq for cp in later] == list(
                 range(checkpoint.seq + 1, checkpoint.seq + 1 + len(later))
             )

@@ -223,8 +223,8 @@ async def test_a_failed_step_is_reported_then_the_run_fails_with_the_raised_erro
     assert later_ran == []
 
 
-async def test_resume_reports_recorded_skipped_and_invalidated_steps() -> None:
-    """After a version bump of ``b``, b and its dependent c run again; a and e are skipped."""
+async def test_resume_reports_recorded_restored_and_invalidated_steps() -> None:
+    """After a version bump of ``b``, b and its dependent c run again; a and e are restored."""
 
     def make(version: str) -> Workflow:
         return Workflow(
@@ -249,8 +249,8 @@ async def test_resume_reports_recorded_skipped_and_invalidated_steps() -> None:
         ("RunStarted", 4, ("a", "e"), True, restored),
         ("StepInvalidated", "b", "version changed from '1' to '2'"),
         ("StepInvalidated", "c", "depends on invalidated step 'b'"),
-        ("StepSkipped", "a"),
-        ("StepSkipped", "e"),
+        ("StepRestored", "a"),
+        ("StepRestored", "e"),
         ("StepStarted", "b", 1),
         ("StepFinished", "b", B_COST),
         ("CheckpointTaken", 4, 3, ("b",)),
@@ -549,7 +549,7 @@ async def test_the_library_logs_nothing_by_default_and_adds_no_handlers(
 EVENT_SAMPLES: list[ev.Event] = [
     ev.Event(RUN_ID),
     ev.RunStarted(RUN_ID, 1, (), resumed=False, cost=TokenUsage()),
-    ev.StepSkipped(RUN_ID, "a"),
+    ev.StepRestored(RUN_ID, "a"),
     ev.StepInvalidated(RUN_ID, "a", "rerun requested"),
     ev.StepStarted(RUN_ID, "a", 1),
     ev.StepRetried(RUN_ID, "a", 1, ValueError("x"), 0.5),

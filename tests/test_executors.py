@@ -387,7 +387,7 @@ def test_a_run_on_the_cluster_resumes_after_a_failure(dask_executor: Executor) -
         executor=dask_executor,
         checkpoint_fn=checkpoints.append,
     )
-    assert result.skipped == ("remote",)
+    assert result.restored == ("remote",)
     assert result.executed == ("flaky",)
     assert result.outputs["remote"] == saved.outputs["remote"]
     assert result.outputs["flaky"] == f"fixed on {saved.outputs['remote']['worker']}"

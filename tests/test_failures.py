@@ -233,7 +233,7 @@ async def test_resume_after_failure_runs_only_what_was_not_recorded(mode: OnErro
     assert not set(batch.calls) & set(saved.outputs)
     assert dict(result.outputs) == FULL_OUTPUTS
     assert result.cost == TokenUsage(8, 6, 2)
-    assert set(result.skipped) == set(RECORDED[mode])
+    assert set(result.restored) == set(RECORDED[mode])
     assert set(result.executed) == RESUMED[mode]
     assert all(not cp.errors for cp in batch.checkpoints)
 
@@ -686,4 +686,4 @@ async def test_random_dags_with_failures_record_exactly_what_completed(
     assert result.cost == reference.cost
     assert set(second.calls) == everything - recorded
     assert set(second.calls.values()) <= {1}
-    assert set(result.skipped) == recorded
+    assert set(result.restored) == recorded

@@ -49,6 +49,6 @@ def test_fixture_resumes_to_the_uninterrupted_result(path: Path) -> None:
     result = workflow.run_sync(CONTEXT, resume_from=checkpoint)
     assert dict(result.outputs) == dict(expected.outputs)
     assert result.cost == expected.cost
-    assert list(result.skipped) == recorded
+    assert list(result.restored) == recorded
     assert set(result.executed) == {step.name for step in workflow.steps} - set(recorded)
     assert dict(result.invalidated) == {}

@@ -533,7 +533,7 @@ def test_empty_workflow_takes_no_checkpoint() -> None:
     assert checkpoints == []
     assert dict(result.outputs) == {}
     assert result.executed == ()
-    assert result.skipped == ()
+    assert result.restored == ()
 
 
 def test_graph_ancestors_are_transitive() -> None:

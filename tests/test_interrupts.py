@@ -325,7 +325,7 @@ async def test_resume_after_cancellation_runs_only_unrecorded_steps() -> None:
         "d": "d(b(a()))",
         "e": "e(c)",
     }
-    assert result.skipped == ("a", "b")
+    assert result.restored == ("a", "b")
     gc.collect()
 
 

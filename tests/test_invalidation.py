@@ -4,7 +4,7 @@ A base workflow ``fetch -> (summarize, keywords) -> score(summarize) ->
 report(summarize, keywords, score)`` is run with a list-appending checkpoint_fn;
 its checkpoints (after a JSON round trip) are resumed by a modified workflow.
 Every case pins the steps that run (each exactly once), ``result.invalidated``
-with its reasons, ``result.skipped``, the outputs (those of a fresh run of the
+with its reasons, ``result.restored``, the outputs (those of a fresh run of the
 modified workflow) and the cost (checkpoint cost plus everything that ran).
 """
 
@@ -199,7 +199,7 @@ async def check_resume(
     assert sorted(result.executed) == sorted(ran)
     assert dict(result.invalidated) == invalidated
     assert list(result.invalidated) == [name for name in spec if name in invalidated]
-    assert result.skipped == tuple(
+    assert result.restored == tuple(
         name for name in spec if name in checkpoint.outputs and name not in invalidated
     )
     assert result.discarded == discarded
@@ -739,7 +739,7 @@ async def test_old_formats_trust_version_bumps(version: int) -> None:
     resumed = await resume(spec, checkpoint)
     assert resumed.calls == Counter()
     assert dict(resumed.result.invalidated) == {}
-    assert resumed.result.skipped == NAMES
+    assert resumed.result.restored == NAMES
     assert dict(resumed.result.outputs) == dict(base.outputs)
     assert resumed.result.outputs["summarize"] != (await fresh_outputs(spec))["summarize"]
 
@@ -966,7 +966,7 @@ async def test_random_version_bumps_and_reruns(seed: int) -> None:
         else:
             parents = [dep for dep in spec[name][0] if dep in expected]
             assert reason in [invalid(parent) for parent in parents]
-    assert set(result.skipped) == recorded - expected
+    assert set(result.restored) == recorded - expected
     fresh = await Harness(costs).workflow(modified).run()
     assert dict(result.outputs) == dict(fresh.outputs)
     assert result.cost == checkpoint.cost + total(ran, costs)

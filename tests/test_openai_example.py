@@ -319,7 +319,7 @@ async def test_resume_skips_recorded_steps_and_reuses_the_idempotency_key(
     seen = api.requests()
     resumed = seen[len(first) :]
     assert [step_of(r) for r in resumed] == ["critique", "revise"]
-    assert result.skipped == ("summarize",)
+    assert result.restored == ("summarize",)
     assert result.executed == ("critique", "revise")
     assert result.run_id == checkpoint.run_id
     assert resumed[0].headers["idempotency-key"] == first[1].headers["idempotency-key"]
@@ -341,7 +341,7 @@ async def test_resuming_a_finished_run_sends_no_request(
     assert len(api.requests()) == 3
     assert again.outputs == first.outputs
     assert again.cost == first.cost
-    assert again.skipped == ("summarize", "critique", "revise")
+    assert again.restored == ("summarize", "critique", "revise")
 
 
 async def test_the_idempotency_key_is_the_same_for_a_run_id_and_differs_between_runs(
@@ -565,7 +565,7 @@ def test_main_runs_saves_a_checkpoint_and_resumes_from_it(
     assert checkpoint.cost == cost
     assert out.endswith(
         f"tokens: {cost.input_tokens} in, {cost.output_tokens} out, {cost.llm_calls} calls "
-        f"(skipped: summarize)\n"
+        f"(restored: summarize)\n"
     )
     assert out.startswith(f"== summarize ==\n{checkpoint.outputs['summarize']}\n")
     assert not saved.with_name("run.json.tmp").exists()

@@ -600,7 +600,7 @@ async def test_a_version_1_checkpoint_loads_and_resumes() -> None:
     assert looper.started_from == [None]
     assert dict(result.outputs) == FULL
     assert result.run_id == "run-v1"
-    assert result.skipped == ("factor",)
+    assert result.restored == ("factor",)
     assert checkpoints[0].seq == 5
     assert all(cp.version == 2 for cp in checkpoints)
 

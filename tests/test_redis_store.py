@@ -261,7 +261,7 @@ def test_a_failed_run_resumes_from_redis(client: redis.Redis) -> None:
     assert dict(saved.errors) == {"summarize": "RuntimeError: model overloaded"}
     result = make(fail=False).run_sync(checkpoint_fn=store, resume_from=saved)
     assert calls == ["fetch", "summarize", "summarize"]
-    assert result.skipped == ("fetch",)
+    assert result.restored == ("fetch",)
     assert store.load("job").outputs == {"fetch": "page", "summarize": "summary of page"}
 
 
@@ -271,7 +271,7 @@ def test_the_example_demo_runs(client: redis.Redis, capsys: pytest.CaptureFixtur
     assert capsys.readouterr().out.splitlines() == [
         "first run failed: rate limited",
         "stored in Redis: seq=2, done=['fetch']",
-        "resumed: ran ['translate'], skipped ['fetch']",
+        "resumed: ran ['translate'], restored ['fetch']",
         "output: 'THE DOCUMENT'",
     ]
 

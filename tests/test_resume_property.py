@@ -272,7 +272,7 @@ async def uninterrupted(dag: Dag, initial: dict[str, Any]) -> Baseline:
     assert harness.early == []
     assert list(result.outputs) == list(dag.names)
     assert result.cost == dag.total(dag.names)
-    assert result.skipped == ()
+    assert result.restored == ()
     expected = dag.batches()
     assert list(result.executed) == [name for batch in expected for name in batch]
     assert _new_per_checkpoint(harness.checkpoints, ()) == expected
@@ -305,7 +305,7 @@ async def check_resume(
     assert result.cost == baseline.result.cost
     assert harness.calls == Counter(dict.fromkeys(remaining, 1))
     assert harness.early == []
-    assert result.skipped == tuple(name for name in dag.names if name in recorded)
+    assert result.restored == tuple(name for name in dag.names if name in recorded)
     expected = dag.batches(recorded)
     assert list(result.executed) == [name for batch in expected for name in batch]
     assert _new_per_checkpoint(harness.checkpoints, recorded) == expected

@@ -141,7 +141,7 @@ def test_json_file_lambda_end_to_end(tmp_path: Path) -> None:
     assert dict(again.outputs) == dict(first.outputs) == FULL_OUTPUTS
     assert again.cost == first.cost == FULL_COST
     assert again.executed == ()
-    assert again.skipped == ("fetch", "left", "right", "join")
+    assert again.restored == ("fetch", "left", "right", "join")
 
 
 async def test_async_checkpoint_fn_is_awaited_before_the_next_batch() -> None:
@@ -402,7 +402,7 @@ async def test_resume_skips_recorded_steps_and_continues_counters() -> None:
         {"doc": "x"}, resume_from=first[0], checkpoint_fn=later.append
     )
     assert calls == Counter({"left": 1, "right": 1, "join": 1})
-    assert result.skipped == ("fetch",)
+    assert result.restored == ("fetch",)
     assert result.executed == ("left", "right", "join")
     assert [cp.seq for cp in later] == [2, 3]
     assert [cp.step_index for cp in later] == [3, 4]
