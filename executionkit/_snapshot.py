@@ -117,3 +117,41 @@ class PrefixView(Mapping[str, Any]):
     def __repr__(self) -> str:
         """Show the entries, like a dict."""
         return repr(dict(self.items()))
+
+
+class Extended(Mapping[str, Any]):
+    """A read-only mapping of ``base`` followed by ``extra`` (whose keys ``base`` lacks).
+
+    The ``step_info`` of a checkpoint that also describes steps without an
+    output (unfinished maps): O(1) to build however many outputs ``base`` has.
+    """
+
+    __slots__ = ("_base", "_extra")
+
+    def __init__(self, base: Mapping[str, Any], extra: Mapping[str, Any]) -> None:
+        """View ``base`` then ``extra``."""
+        self._base = base
+        self._extra = extra
+
+    def __getitem__(self, key: str) -> Any:
+        """Return the entry of ``base`` or else of ``extra``."""
+        if key in self._extra:
+            return self._extra[key]
+        return self._base[key]
+
+    def __contains__(self, key: object) -> bool:
+        """Return whether either mapping has ``key``."""
+        return key in self._extra or key in self._base
+
+    def __iter__(self) -> Iterator[str]:
+        """Yield the keys of ``base``, then those of ``extra``."""
+        yield from self._base
+        yield from self._extra
+
+    def __len__(self) -> int:
+        """Return the number of entries."""
+        return len(self._base) + len(self._extra)
+
+    def __repr__(self) -> str:
+        """Show the entries, like a dict."""
+        return repr(dict(self.items()))
