@@ -33,6 +33,7 @@ from executionkit.stores._lines_format import (
     pack_info,
     unfinished,
 )
+from executionkit.stores._lines_items import item_differences, new_item_entries, next_items
 from executionkit.stores._unstorable import unstorable
 
 
@@ -272,6 +273,11 @@ class JsonLinesStore:
             line["progress_info"] = {
                 name: pack_info(checkpoint.step_info[name]) for name in others
             }
+        if checkpoint.items:
+            if next_items(checkpoint, previous):  # only what is new: O(new items)
+                line["i"] = new_item_entries(checkpoint)
+            else:
+                line["i"] = item_differences(checkpoint, previous)
         extra = extra_fields(checkpoint)
         if extra:
             line["x"] = extra

@@ -10,18 +10,19 @@ from executionkit._checkpoint import FORMAT_VERSION, WorkflowCheckpoint, trusted
 from executionkit._checkpoint_fields import KEYS_BY_VERSION
 from executionkit._errors import CheckpointFormatError
 from executionkit.stores._common import TOO_DEEP
+from executionkit.stores._lines_items import fold_items, legacy_items
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
 COST = ("input_tokens", "output_tokens", "llm_calls")
 
-# The keys of `WorkflowCheckpoint.to_dict` a line writes in its own compact way; any
-# other key (those a later format adds) is carried as it is under "x".
-# The keys this line format has slots for: those of format 2; later keys go under "x".
-_WRITTEN = KEYS_BY_VERSION[2]
+# The keys of `WorkflowCheckpoint.to_dict` a line writes in its own compact way: those
+# of format 2, and "items" (under "i", see _lines_items); any other key (those a later
+# format adds) is carried as it is under "x".
+_WRITTEN = KEYS_BY_VERSION[2] | {"items"}
 _FIELDS = tuple(field.name for field in dataclasses.fields(WorkflowCheckpoint))
-_LARGE = ("outputs", "step_info")
+_LARGE = ("outputs", "step_info", "items", "new_items")
 # The later keys a line leaves out when empty, and the rebuild's own bookkeeping.
 _LATER = tuple(sorted(KEYS_BY_VERSION[FORMAT_VERSION] - _WRITTEN))
 _STATE_ONLY = ("extra", "unfinished")
@@ -81,11 +82,12 @@ def log_prefix(checkpoint: WorkflowCheckpoint) -> LogPrefix | None:
 def extra_fields(checkpoint: WorkflowCheckpoint) -> dict[str, Any]:
     """The keys of ``checkpoint.to_dict()`` a line does not write otherwise (none in format 2).
 
-    Computed from a copy without outputs and step info, so that it costs
-    O(1) however many outputs the checkpoint records.
+    Computed from a copy without outputs, step info and items, so that it costs
+    O(1) however many outputs and items the checkpoint records.
     """
     fields = {name: getattr(checkpoint, name) for name in _FIELDS if name not in _LARGE}
-    light = trusted_checkpoint({**fields, "outputs": {}, "step_info": {}})
+    empty = {"outputs": {}, "step_info": {}, "items": {}, "new_items": {}}
+    light = trusted_checkpoint({**fields, **empty})
     # An empty field of a later format is left out: a line without it reads as empty.
     return {key: value for key, value in light.to_dict().items() if key not in _WRITTEN and value}
 
@@ -136,7 +138,12 @@ class Rebuild:
         """Apply line ``number`` (1-based) to the state."""
         new, cost, progress_info = self._check(line, number)
         assert isinstance(line, dict)  # noqa: S101 - _check made sure
+
+        def bad(detail: str) -> CheckpointFormatError:
+            return self._bad(number, detail)
+
         state = self.state
+        held_items: dict[str, Any] = {} if state is None else state["items"]
         run = line.get("run")
         if state is None or run is not None:
             state = self._start(run, number, new, state)
@@ -161,7 +168,14 @@ class Rebuild:
         state["cost"] = dict(zip(COST, cost, strict=True))
         state["errors"] = line.get("errors", {})
         state["progress"] = line.get("progress", {})
-        state["extra"] = line.get("x", {})
+        extra = dict(line.get("x", {}))
+        if "i" in line:
+            state["items"] = fold_items(held_items, line["i"], bad)
+        elif "items" in extra:  # written before items had "i": every item, whole
+            state["items"] = legacy_items(extra.pop("items"), bad)
+        else:
+            state["items"] = {}  # a map the line does not name has no items
+        state["extra"] = extra
         self.state = state
 
     def _check(
@@ -188,7 +202,11 @@ class Rebuild:
         if not isinstance(progress_info, dict):
             raise self._bad(number, "'progress_info' must be a dict")
         extra = line.get("x", {})
-        if not isinstance(extra, dict) or any(key in _WRITTEN for key in extra):
+        # "items" went under "x" before it had "i"; a line holds one or the other.
+        legacy = ("items",) if "i" not in line else ()
+        if not isinstance(extra, dict) or any(
+            key in _WRITTEN and key not in legacy for key in extra
+        ):
             raise self._bad(number, "'x' must be a dict of the fields a line has no key for")
         return line["n"], cost, progress_info
 
