@@ -86,7 +86,7 @@ def extra_fields(checkpoint: WorkflowCheckpoint) -> dict[str, Any]:
     O(1) however many outputs and items the checkpoint records.
     """
     fields = {name: getattr(checkpoint, name) for name in _FIELDS if name not in _LARGE}
-    empty = {"outputs": {}, "step_info": {}, "items": {}, "new_items": {}}
+    empty: dict[str, Any] = {"outputs": {}, "step_info": {}, "items": {}, "new_items": {}}
     light = trusted_checkpoint({**fields, **empty})
     # An empty field of a later format is left out: a line without it reads as empty.
     return {key: value for key, value in light.to_dict().items() if key not in _WRITTEN and value}
