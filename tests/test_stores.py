@@ -424,11 +424,11 @@ def test_sqlite_creates_the_documented_tables(tmp_path: Path) -> None:
     try:
         columns = {
             table: [row[1] for row in connection.execute(f"PRAGMA table_info({table})")]
-            for table in (*tables, "executionkit_outputs")
+            for table in (*tables, "executionkit_outputs", "executionkit_items")
         }
         runs = connection.execute("SELECT run_id, seq, written, next_ord FROM executionkit_runs")
         assert runs.fetchall() == [("r", 1, 1, 1)]
-        assert connection.execute("SELECT version FROM executionkit_schema").fetchall() == [(1,)]
+        assert connection.execute("SELECT version FROM executionkit_schema").fetchall() == [(2,)]
         rows = connection.execute("SELECT ord, name, added, dropped FROM executionkit_outputs")
         assert rows.fetchall() == [(0, "s0", 1, None)]
         mode = connection.execute("PRAGMA journal_mode").fetchone()
@@ -440,6 +440,7 @@ def test_sqlite_creates_the_documented_tables(tmp_path: Path) -> None:
         "executionkit_runs": ["run_id", "seq", "written", "next_ord"],
         "executionkit_headers": ["run_id", "seq", "created_at", "header"],
         "executionkit_outputs": ["run_id", "ord", "name", "added", "dropped", "value"],
+        "executionkit_items": ["run_id", "ord", "step", "item", "added", "dropped", "value"],
     }
 
 

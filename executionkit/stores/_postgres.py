@@ -8,14 +8,15 @@ import threading
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from executionkit.stores._sql import Dialect, SqlCheckpoints, tables
+from executionkit.stores._sql import SqlCheckpoints
+from executionkit.stores._sql_schema import Dialect, tables
 from executionkit.stores._sqlite import check_keep_last
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
     from executionkit._checkpoint import WorkflowCheckpoint
-    from executionkit.stores._sql import Rows
+    from executionkit.stores._sql_schema import Rows
 
 _DIALECT = Dialect(
     schema=(
@@ -66,7 +67,7 @@ class PostgresStore:
     serialised by the database, and the one that fell behind gets
     `StaleCheckpointError`, its transaction rolled back. The tables (and the
     sequence ``executionkit_written``) are created on first use, under an
-    advisory lock, with ``executionkit_schema`` holding their version (1).
+    advisory lock, with ``executionkit_schema`` holding their version (2).
     Reads run in one ``REPEATABLE READ`` snapshot.
 
     Args:

@@ -8,7 +8,8 @@ the ``seq`` from which it no longer counts (``dropped``). The checkpoint at
 ``seq`` k is its header and the rows with ``added <= k`` and no ``dropped`` at
 or before k, in the order they were written (``ord``), which is the order the
 run recorded them. A save therefore writes one header and one row per new
-output, whatever the length of the run.
+output, whatever the length of the run. The items of unfinished maps are rows
+too, of their own table (see `executionkit.stores._sql_items`).
 """
 
 from __future__ import annotations
@@ -18,108 +19,56 @@ import json
 import reprlib
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from executionkit._checkpoint import WorkflowCheckpoint
 from executionkit._errors import CheckpointFormatError
 from executionkit.stores._common import TOO_DEEP, dumps, loads, stale
+from executionkit.stores._sql_items import (
+    FORGET_DROPPED_ITEMS,
+    ItemRows,
+    header_items,
+    slim_header_items,
+)
+from executionkit.stores._sql_schema import (
+    ADD,
+    ADD_HEADER,
+    ALL_ROWS,
+    AS_OF,
+    DROP,
+    FORGET_DROPPED,
+    FORGET_HEADER,
+    HEADER,
+    HEADERS,
+    KEEP_FROM,
+    LATEST,
+    LIVE,
+    NEW_RUN,
+    PRUNE_HEADERS,
+    RUN,
+    RUN_IDS,
+    SCHEMA_ROW,
+    Database,
+    Dialect,
+)
 from executionkit.stores._unstorable import unstorable
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# What an older schema version lacks, for the message refusing it.
+_OLDER = {
+    1: (
+        "version 1, written by an unreleased executionkit, kept the items of unfinished "
+        "maps whole in every checkpoint's header; save into a new database"
+    ),
+}
 # Keys of to_dict() a store derives instead of keeping in the header: the outputs
 # are rows, step_index is their number, and step_info of an output rides with it.
 _DERIVED = ("outputs", "step_index")
 # How many runs' stored state one store object remembers, for its fast path.
 _CACHED_RUNS = 16
-
-
-class Rows(Protocol):
-    """What a DB-API cursor gives back."""
-
-    def fetchone(self) -> Any: ...
-
-    def fetchall(self) -> list[Any]: ...
-
-
-class Database(Protocol):
-    """A connection inside an open transaction; SQL uses ``?`` placeholders."""
-
-    def execute(self, sql: str, params: Sequence[object] = ()) -> Rows: ...
-
-
-@dataclass(frozen=True)
-class Dialect:
-    """Where SQLite and PostgreSQL differ."""
-
-    schema: tuple[str, ...]  # CREATE statements, each idempotent
-    lock_run: str  # selects seq, written, next_ord of the run row, locking it
-    next_written: str  # an SQL expression: the next value of the save counter
-
-
-def tables(bigint: str) -> tuple[str, ...]:
-    """The CREATE statements, with the integer type of the dialect."""
-    return (
-        "CREATE TABLE IF NOT EXISTS executionkit_schema (version INTEGER NOT NULL)",
-        f"""CREATE TABLE IF NOT EXISTS executionkit_runs (
-            run_id TEXT PRIMARY KEY,
-            seq {bigint} NOT NULL,
-            written {bigint} NOT NULL,
-            next_ord {bigint} NOT NULL
-        )""",
-        "CREATE INDEX IF NOT EXISTS executionkit_runs_written ON executionkit_runs (written)",
-        f"""CREATE TABLE IF NOT EXISTS executionkit_headers (
-            run_id TEXT NOT NULL,
-            seq {bigint} NOT NULL,
-            created_at TEXT,
-            header TEXT NOT NULL,
-            PRIMARY KEY (run_id, seq)
-        )""",
-        f"""CREATE TABLE IF NOT EXISTS executionkit_outputs (
-            run_id TEXT NOT NULL,
-            ord {bigint} NOT NULL,
-            name TEXT NOT NULL,
-            added {bigint} NOT NULL,
-            dropped {bigint},
-            value TEXT NOT NULL,
-            PRIMARY KEY (run_id, ord)
-        )""",
-        """CREATE INDEX IF NOT EXISTS executionkit_outputs_dropped
-            ON executionkit_outputs (run_id, dropped)""",
-    )
-
-
-_SCHEMA_ROW = """INSERT INTO executionkit_schema (version)
-    SELECT ? WHERE NOT EXISTS (SELECT 1 FROM executionkit_schema)"""
-_NEW_RUN = """INSERT INTO executionkit_runs (run_id, seq, written, next_ord) VALUES (?, -1, 0, 0)
-    ON CONFLICT (run_id) DO NOTHING"""
-_HEADER = "SELECT header FROM executionkit_headers WHERE run_id = ? AND seq = ?"
-_LIVE = """SELECT ord, name, value FROM executionkit_outputs
-    WHERE run_id = ? AND dropped IS NULL ORDER BY ord"""
-_DROP = "UPDATE executionkit_outputs SET dropped = ? WHERE run_id = ? AND ord = ?"
-_ADD = """INSERT INTO executionkit_outputs (run_id, ord, name, added, dropped, value)
-    VALUES (?, ?, ?, ?, NULL, ?)"""
-_ADD_HEADER = (
-    "INSERT INTO executionkit_headers (run_id, seq, created_at, header) VALUES (?, ?, ?, ?)"
-)
-_FORGET_HEADER = "DELETE FROM executionkit_headers WHERE run_id = ? AND seq = ?"
-# Rows no kept checkpoint can see: dropped at or before the oldest kept seq.
-_FORGET_DROPPED = """DELETE FROM executionkit_outputs WHERE run_id = ? AND dropped IS NOT NULL
-    AND dropped <= (SELECT MIN(seq) FROM executionkit_headers WHERE run_id = ?)"""
-_AS_OF = """SELECT name, value FROM executionkit_outputs
-    WHERE run_id = ? AND added <= ? AND (dropped IS NULL OR dropped > ?) ORDER BY ord"""
-_ALL_ROWS = """SELECT name, value, added, dropped FROM executionkit_outputs
-    WHERE run_id = ? ORDER BY ord"""
-_HEADERS = "SELECT seq, header FROM executionkit_headers WHERE run_id = ? ORDER BY seq"
-_LATEST = """SELECT run_id, seq FROM executionkit_runs WHERE seq >= 0
-    ORDER BY written DESC LIMIT 1"""
-_RUN = "SELECT run_id, seq FROM executionkit_runs WHERE run_id = ? AND seq >= 0"
-_RUN_IDS = "SELECT run_id FROM executionkit_runs WHERE seq >= 0 ORDER BY written DESC"
-_KEEP_FROM = """SELECT seq FROM executionkit_headers WHERE run_id = ?
-    ORDER BY seq DESC LIMIT 1 OFFSET ?"""
-_PRUNE_HEADERS = "DELETE FROM executionkit_headers WHERE run_id = ? AND seq < ?"
 
 
 @dataclass
@@ -133,6 +82,7 @@ class Known:
     next_ord: int
     names: list[str]
     ords: dict[str, int]
+    maps: dict[str, int]  # the number of live item rows of each unfinished map
 
 
 def lineage(checkpoint: WorkflowCheckpoint) -> object:
@@ -156,6 +106,7 @@ class SqlCheckpoints:
         self.keeps_history = keeps_history
         self._known: dict[str, Known] = {}
         self._lock = threading.Lock()
+        self._items = ItemRows(name)
 
     # --- schema ---------------------------------------------------------------------
 
@@ -163,7 +114,7 @@ class SqlCheckpoints:
         """Create the tables if missing, then check their schema version."""
         for statement in self.dialect.schema:
             db.execute(statement)
-        db.execute(_SCHEMA_ROW, (SCHEMA_VERSION,))
+        db.execute(SCHEMA_ROW, (SCHEMA_VERSION,))
         self.check_version(db)
 
     def check_version(self, db: Database) -> None:
@@ -177,6 +128,8 @@ class SqlCheckpoints:
                 f"{reprlib.repr(versions)}, this version of executionkit reads "
                 f"[{SCHEMA_VERSION}]"
             )
+            if len(versions) == 1 and versions[0] in _OLDER:
+                msg += f" ({_OLDER[versions[0]]})"
             raise CheckpointFormatError(msg)
 
     # --- saving ---------------------------------------------------------------------
@@ -189,7 +142,7 @@ class SqlCheckpoints:
         Returns what to pass to `committed` once the transaction commits, or None
         when nothing was written (the same checkpoint again).
         """
-        db.execute(_NEW_RUN, (run_id,))  # so that there is a row to lock
+        db.execute(NEW_RUN, (run_id,))  # so that there is a row to lock
         stored_seq, written, next_ord = self._run_row(db, run_id)
         if stored_seq >= 0:
             # Damage is reported, never written over: the stored header must read back.
@@ -201,7 +154,8 @@ class SqlCheckpoints:
         with self._lock:  # a thread saving the same run meanwhile takes the slow path
             known = self._known.pop(run_id, None)
         seq = checkpoint.seq
-        if known is not None and self._follows(known, checkpoint, stored_seq, written):
+        after = known is not None and self._next(known, checkpoint, stored_seq, written)
+        if after and known is not None and self._follows(known, checkpoint):
             names, ords, new = known.names, known.ords, list(checkpoint.new_outputs)
         else:
             names, ords, new, next_ord = self._diff(db, run_id, checkpoint, seq, next_ord)
@@ -212,11 +166,16 @@ class SqlCheckpoints:
             ords[name] = next_ord
             next_ord += 1
         for row in rows:
-            db.execute(_ADD, row)
-        db.execute(_ADD_HEADER, (run_id, seq, checkpoint.created_at, header))
+            db.execute(ADD, row)
+        if after and known is not None and self._items.follow(checkpoint, known.maps):
+            maps, next_ord = self._items.save_next(db, run_id, checkpoint, next_ord, known.maps)
+        else:
+            maps, next_ord = self._items.save_differences(db, run_id, checkpoint, next_ord)
+        db.execute(ADD_HEADER, (run_id, seq, checkpoint.created_at, header))
         if not self.keeps_history and stored_seq >= 0:
-            db.execute(_FORGET_HEADER, (run_id, stored_seq))
-            db.execute(_FORGET_DROPPED, (run_id, run_id))
+            db.execute(FORGET_HEADER, (run_id, stored_seq))
+            db.execute(FORGET_DROPPED, (run_id, run_id))
+            db.execute(FORGET_DROPPED_ITEMS, (run_id, run_id))
         # The WHERE clause repeats the seq check made under the lock: even a writer
         # that skipped it could never move a run backwards.
         update = (
@@ -226,7 +185,7 @@ class SqlCheckpoints:
         done = db.execute(update, (seq, next_ord, run_id, seq)).fetchone()
         if done is None:  # pragma: no cover - the lock makes this unreachable
             raise stale(self.name, checkpoint, stored_seq)
-        return Known(run_id, lineage(checkpoint), seq, done[0], next_ord, names, ords)
+        return Known(run_id, lineage(checkpoint), seq, done[0], next_ord, names, ords, maps)
 
     def committed(self, known: Known | None) -> None:
         """Remember what a save committed, for the next save's fast path."""
@@ -237,27 +196,32 @@ class SqlCheckpoints:
             while len(self._known) > _CACHED_RUNS:
                 del self._known[next(iter(self._known))]
 
-    def _follows(
-        self, known: Known, checkpoint: WorkflowCheckpoint, stored_seq: int, written: int
-    ) -> bool:
-        """Whether ``checkpoint`` only appends ``new_outputs`` to what this object wrote last.
+    @staticmethod
+    def _next(known: Known, checkpoint: WorkflowCheckpoint, stored_seq: int, written: int) -> bool:
+        """Whether ``checkpoint`` is the next one of the run that wrote the stored one.
 
         True when the stored checkpoint is the one this object wrote (same seq and
-        save counter), taken by the same run (whose checkpoints only ever append
-        outputs, and name them in ``new_outputs``), ``checkpoint`` is the next
-        ``seq`` (so ``new_outputs`` covers everything recorded since), and the
-        counts agree. Everything else takes the slow path, which compares outputs:
-        a checkpoint from ``from_dict`` (no ``new_outputs``), or made by hand.
+        save counter), and ``checkpoint`` was taken by the same run (whose
+        checkpoints only ever append outputs and items, and name them in
+        ``new_outputs`` and ``new_items``) right after it (the next ``seq``, so
+        those cover everything recorded since). Everything else takes the slow
+        path, which compares: a checkpoint from ``from_dict`` (no ``new_outputs``),
+        or made by hand.
         """
-        new = checkpoint.new_outputs
         return (
             known.lineage is not None
             and lineage(checkpoint) is known.lineage
             and known.seq == stored_seq
             and known.written == written
             and checkpoint.seq == stored_seq + 1
-            and len(checkpoint.outputs) == len(known.names) + len(new)
-            and not any(name in known.ords for name in new)
+        )
+
+    @staticmethod
+    def _follows(known: Known, checkpoint: WorkflowCheckpoint) -> bool:
+        """Whether the next checkpoint only appends ``new_outputs``: the counts agree."""
+        new = checkpoint.new_outputs
+        return len(checkpoint.outputs) == len(known.names) + len(new) and not any(
+            name in known.ords for name in new
         )
 
     def _diff(
@@ -276,7 +240,7 @@ class SqlCheckpoints:
         """
         live = [
             (ord_, self._text("step name", name), value)
-            for ord_, name, value in db.execute(_LIVE, (run_id,)).fetchall()
+            for ord_, name, value in db.execute(LIVE, (run_id,)).fetchall()
         ]
         wanted = list(checkpoint.outputs)
         kept = 0
@@ -285,7 +249,7 @@ class SqlCheckpoints:
                 break
             kept += 1
         for ord_, _, _ in live[kept:]:
-            db.execute(_DROP, (seq, run_id, ord_))
+            db.execute(DROP, (seq, run_id, ord_))
         names = wanted[:kept]
         ords = {name: ord_ for (ord_, name, _) in live[:kept]}
         return names, ords, wanted[kept:], next_ord
@@ -304,11 +268,18 @@ class SqlCheckpoints:
         }
         try:
             slim = dataclasses.replace(
-                checkpoint, outputs={}, step_index=0, step_info=others, new_outputs=()
+                checkpoint,
+                outputs={},
+                step_index=0,
+                step_info=others,
+                new_outputs=(),
+                items=header_items(checkpoint),  # the items are rows
+                new_items={},
             )
             data = slim.to_dict()
             for key in _DERIVED:
                 del data[key]
+            data["items"] = slim_header_items(data["items"])
             text = dumps(data)
             text.encode("utf-8")  # a lone surrogate must fail here, not in the driver
         except (TypeError, ValueError, RecursionError) as exc:
@@ -343,9 +314,7 @@ class SqlCheckpoints:
         return seq, written, next_ord
 
     def _same(self, db: Database, run_id: str, checkpoint: WorkflowCheckpoint, seq: int) -> bool:
-        stored = self._rebuild(
-            run_id, self._read_header(db, run_id, seq), self._as_of(db, run_id, seq)
-        )
+        stored = self._at(db, run_id, seq)
         try:
             return bool(loads(dumps(stored.to_dict())) == loads(dumps(checkpoint.to_dict())))
         except (TypeError, ValueError, RecursionError):
@@ -356,18 +325,18 @@ class SqlCheckpoints:
     def load(self, db: Database, run_id: str | None) -> WorkflowCheckpoint | None:
         """The latest checkpoint of ``run_id``, or of the run saved to last."""
         if run_id is None:
-            row = db.execute(_LATEST).fetchone()
+            row = db.execute(LATEST).fetchone()
         else:
-            row = db.execute(_RUN, (run_id,)).fetchone()
+            row = db.execute(RUN, (run_id,)).fetchone()
         if row is None:
             return None
         found = self._text("run_id", row[0])
         seq = self._int(found, "seq", row[1])
-        return self._rebuild(found, self._read_header(db, found, seq), self._as_of(db, found, seq))
+        return self._at(db, found, seq)
 
     def history(self, db: Database, run_id: str) -> list[WorkflowCheckpoint]:
         """Every kept checkpoint of ``run_id``, oldest first."""
-        headers = db.execute(_HEADERS, (run_id,)).fetchall()
+        headers = db.execute(HEADERS, (run_id,)).fetchall()
         if not headers:
             return []
         # Each row is decoded once and its output shared by the checkpoints that hold
@@ -378,7 +347,15 @@ class SqlCheckpoints:
                 self._int(run_id, "added seq", added),
                 None if dropped is None else self._int(run_id, "dropped seq", dropped),
             )
-            for name, value, added, dropped in db.execute(_ALL_ROWS, (run_id,)).fetchall()
+            for name, value, added, dropped in db.execute(ALL_ROWS, (run_id,)).fetchall()
+        ]
+        items = [
+            (
+                row,
+                self._int(run_id, "added seq", added),
+                None if dropped is None else self._int(run_id, "dropped seq", dropped),
+            )
+            for row, added, dropped in self._items.every(db, run_id, self._decoder(run_id))
         ]
         result = []
         for seq, header in headers:
@@ -388,12 +365,18 @@ class SqlCheckpoints:
                 for entry, added, dropped in rows
                 if added <= at and (dropped is None or dropped > at)
             ]
-            result.append(self._rebuild(run_id, self._parse_header(run_id, header), visible))
+            held = [
+                row
+                for row, added, dropped in items
+                if added <= at and (dropped is None or dropped > at)
+            ]
+            filled = self._items.fill(run_id, self._parse_header(run_id, header), held)
+            result.append(self._rebuild(run_id, filled, visible))
         return result
 
     def run_ids(self, db: Database) -> list[str]:
         """Every run with a checkpoint, the most recently saved first."""
-        found = [row[0] for row in db.execute(_RUN_IDS).fetchall()]
+        found = [row[0] for row in db.execute(RUN_IDS).fetchall()]
         for run_id in found:
             if not isinstance(run_id, str):
                 msg = f"{self.name}: a stored run_id is not text: {reprlib.repr(run_id)}"
@@ -406,22 +389,29 @@ class SqlCheckpoints:
         """Keep the last ``keep_last`` checkpoints of each run; return how many went."""
         removed = 0
         for run_id in run_ids:
-            row = db.execute(_KEEP_FROM, (run_id, keep_last - 1)).fetchone()
+            row = db.execute(KEEP_FROM, (run_id, keep_last - 1)).fetchone()
             if row is None:
                 continue  # no more than keep_last checkpoints
             count = db.execute(
                 "SELECT COUNT(*) FROM executionkit_headers WHERE run_id = ? AND seq < ?",
                 (run_id, row[0]),
             ).fetchone()[0]
-            db.execute(_PRUNE_HEADERS, (run_id, row[0]))
-            db.execute(_FORGET_DROPPED, (run_id, run_id))
+            db.execute(PRUNE_HEADERS, (run_id, row[0]))
+            db.execute(FORGET_DROPPED, (run_id, run_id))
+            db.execute(FORGET_DROPPED_ITEMS, (run_id, run_id))
             removed += count
         return removed
 
     def delete(self, db: Database, run_id: str) -> bool:
         """Delete every checkpoint of ``run_id``; whether there was any."""
-        existed = db.execute(_RUN, (run_id,)).fetchone() is not None
-        for table in ("executionkit_outputs", "executionkit_headers", "executionkit_runs"):
+        existed = db.execute(RUN, (run_id,)).fetchone() is not None
+        tables = (
+            "executionkit_outputs",
+            "executionkit_items",
+            "executionkit_headers",
+            "executionkit_runs",
+        )
+        for table in tables:
             db.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))  # noqa: S608
         with self._lock:
             self._known.pop(run_id, None)
@@ -429,12 +419,20 @@ class SqlCheckpoints:
 
     # --- decoding -------------------------------------------------------------------
 
-    def _as_of(self, db: Database, run_id: str, seq: int) -> list[tuple[str, Any, Any]]:
-        rows = db.execute(_AS_OF, (run_id, seq, seq)).fetchall()
-        return [self._entry(run_id, name, value) for name, value in rows]
+    def _at(self, db: Database, run_id: str, seq: int) -> WorkflowCheckpoint:
+        """The checkpoint of ``run_id`` at ``seq``: its header, outputs and items."""
+        header = self._read_header(db, run_id, seq)
+        rows = db.execute(AS_OF, (run_id, seq, seq)).fetchall()
+        entries = [self._entry(run_id, name, value) for name, value in rows]
+        items = self._items.as_of(db, run_id, seq, self._decoder(run_id))
+        return self._rebuild(run_id, self._items.fill(run_id, header, items), entries)
+
+    def _decoder(self, run_id: str) -> Callable[[str, object], object]:
+        """Decode a stored JSON text of ``run_id``: ``decode(what, text)``."""
+        return lambda what, data: self._json(run_id, what, data)
 
     def _read_header(self, db: Database, run_id: str, seq: int) -> dict[str, Any]:
-        row = db.execute(_HEADER, (run_id, seq)).fetchone()
+        row = db.execute(HEADER, (run_id, seq)).fetchone()
         if row is None:
             msg = f"{self.name}, run {run_id!r}: the header row of checkpoint seq={seq} is missing"
             raise CheckpointFormatError(msg)

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 from executionkit._errors import CheckpointFormatError
 from executionkit.stores._files import check_regular
-from executionkit.stores._sql import Dialect, SqlCheckpoints, tables
+from executionkit.stores._sql import SqlCheckpoints
+from executionkit.stores._sql_schema import Dialect, tables
 
 if TYPE_CHECKING:
     import sqlite3
@@ -58,18 +59,18 @@ class SQLiteStore:
     your application's):
 
     ```sql
-    CREATE TABLE executionkit_schema (version INTEGER NOT NULL);  -- one row: 1
+    CREATE TABLE executionkit_schema (version INTEGER NOT NULL);  -- one row: 2
     CREATE TABLE executionkit_runs (
         run_id TEXT PRIMARY KEY,
         seq INTEGER NOT NULL,  -- the latest checkpoint's seq: the stale-writer fence
         written INTEGER NOT NULL,  -- 1, 2, 3...: the order of the saves, across runs
-        next_ord INTEGER NOT NULL  -- the ord of the run's next output row
+        next_ord INTEGER NOT NULL  -- the ord of the run's next output or item row
     );
     CREATE TABLE executionkit_headers (  -- one per checkpoint kept
         run_id TEXT NOT NULL,
         seq INTEGER NOT NULL,
         created_at TEXT,
-        header TEXT NOT NULL,  -- to_dict() without outputs and step_index, as JSON
+        header TEXT NOT NULL,  -- to_dict() without outputs, step_index and items' outputs
         PRIMARY KEY (run_id, seq)
     );
     CREATE TABLE executionkit_outputs (  -- one per output recorded
@@ -81,12 +82,26 @@ class SQLiteStore:
         value TEXT NOT NULL,  -- [output, step info] as JSON
         PRIMARY KEY (run_id, ord)
     );
+    CREATE TABLE executionkit_items (  -- one per item of a map recorded
+        run_id TEXT NOT NULL,
+        ord INTEGER NOT NULL,  -- the order of the items in the run
+        step TEXT NOT NULL,  -- the map step
+        item TEXT NOT NULL,  -- the item's key
+        added INTEGER NOT NULL,  -- the seq that recorded it
+        dropped INTEGER,  -- the seq from which the map finished, or a resume dropped it
+        value TEXT NOT NULL,  -- the item's output as JSON
+        PRIMARY KEY (run_id, ord)
+    );
     ```
 
     The checkpoint of ``seq`` k is its header plus the output rows with
-    ``added <= k`` and no ``dropped <= k``, in ``ord`` order. A database
-    holding the table ``executionkit_checkpoints`` of the first, unreleased
-    SQLiteStore is refused with `CheckpointFormatError`.
+    ``added <= k`` and no ``dropped <= k``, in ``ord`` order; its ``items``
+    are, for each map its header lists (with the map's cost), that map's item
+    rows visible at k the same way. A save writes one row per output and per
+    item recorded since the previous checkpoint. A database holding the table
+    ``executionkit_checkpoints`` of the first, unreleased SQLiteStore, or
+    tables of schema version 1 (also unreleased, which kept items in each
+    header), is refused with `CheckpointFormatError`.
 
     Args:
         path: The database file (not ``":memory:"``: each call connects anew).

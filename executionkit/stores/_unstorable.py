@@ -37,6 +37,7 @@ def unstorable(checkpoint: WorkflowCheckpoint, store: str, exc: Exception) -> Ex
     }
     parts: tuple[tuple[str, Mapping[str, Any]], ...] = (
         ("the output of step", checkpoint.outputs),
+        ("the items of map step", _items(checkpoint)),
         ("the progress of step", checkpoint.progress),
         ("the metadata value", checkpoint.metadata),
         ("the error of step", checkpoint.errors),
@@ -52,6 +53,11 @@ def unstorable(checkpoint: WorkflowCheckpoint, store: str, exc: Exception) -> Ex
                 return CheckpointValueError(msg, path=path, value=bad)
     msg = f"{head} as JSON: {type(exc).__name__}: {exc}; {_DATA_HINT}"
     return CheckpointValueError(msg, path="", value=None)
+
+
+def _items(checkpoint: WorkflowCheckpoint) -> dict[str, dict[str, Any]]:
+    """Each unfinished map's items by key, for the path to name the item."""
+    return {name: dict(entry["outputs"]) for name, entry in checkpoint.items.items()}
 
 
 def _find_unstorable(value: object) -> _Found | None:

@@ -1,0 +1,98 @@
+"""The tables of the SQL stores, and the statements their shared logic runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from executionkit.stores._sql_items import item_tables
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+
+class Rows(Protocol):
+    """What a DB-API cursor gives back."""
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+
+class Database(Protocol):
+    """A connection inside an open transaction; SQL uses ``?`` placeholders."""
+
+    def execute(self, sql: str, params: Sequence[object] = ()) -> Rows: ...
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """Where SQLite and PostgreSQL differ."""
+
+    schema: tuple[str, ...]  # CREATE statements, each idempotent
+    lock_run: str  # selects seq, written, next_ord of the run row, locking it
+    next_written: str  # an SQL expression: the next value of the save counter
+
+
+def tables(bigint: str) -> tuple[str, ...]:
+    """The CREATE statements, with the integer type of the dialect."""
+    return (
+        "CREATE TABLE IF NOT EXISTS executionkit_schema (version INTEGER NOT NULL)",
+        f"""CREATE TABLE IF NOT EXISTS executionkit_runs (
+            run_id TEXT PRIMARY KEY,
+            seq {bigint} NOT NULL,
+            written {bigint} NOT NULL,
+            next_ord {bigint} NOT NULL
+        )""",
+        "CREATE INDEX IF NOT EXISTS executionkit_runs_written ON executionkit_runs (written)",
+        f"""CREATE TABLE IF NOT EXISTS executionkit_headers (
+            run_id TEXT NOT NULL,
+            seq {bigint} NOT NULL,
+            created_at TEXT,
+            header TEXT NOT NULL,
+            PRIMARY KEY (run_id, seq)
+        )""",
+        f"""CREATE TABLE IF NOT EXISTS executionkit_outputs (
+            run_id TEXT NOT NULL,
+            ord {bigint} NOT NULL,
+            name TEXT NOT NULL,
+            added {bigint} NOT NULL,
+            dropped {bigint},
+            value TEXT NOT NULL,
+            PRIMARY KEY (run_id, ord)
+        )""",
+        """CREATE INDEX IF NOT EXISTS executionkit_outputs_dropped
+            ON executionkit_outputs (run_id, dropped)""",
+        *item_tables(bigint),
+    )
+
+
+SCHEMA_ROW = """INSERT INTO executionkit_schema (version)
+    SELECT ? WHERE NOT EXISTS (SELECT 1 FROM executionkit_schema)"""
+NEW_RUN = """INSERT INTO executionkit_runs (run_id, seq, written, next_ord) VALUES (?, -1, 0, 0)
+    ON CONFLICT (run_id) DO NOTHING"""
+HEADER = "SELECT header FROM executionkit_headers WHERE run_id = ? AND seq = ?"
+LIVE = """SELECT ord, name, value FROM executionkit_outputs
+    WHERE run_id = ? AND dropped IS NULL ORDER BY ord"""
+DROP = "UPDATE executionkit_outputs SET dropped = ? WHERE run_id = ? AND ord = ?"
+ADD = """INSERT INTO executionkit_outputs (run_id, ord, name, added, dropped, value)
+    VALUES (?, ?, ?, ?, NULL, ?)"""
+ADD_HEADER = (
+    "INSERT INTO executionkit_headers (run_id, seq, created_at, header) VALUES (?, ?, ?, ?)"
+)
+FORGET_HEADER = "DELETE FROM executionkit_headers WHERE run_id = ? AND seq = ?"
+# Rows no kept checkpoint can see: dropped at or before the oldest kept seq.
+FORGET_DROPPED = """DELETE FROM executionkit_outputs WHERE run_id = ? AND dropped IS NOT NULL
+    AND dropped <= (SELECT MIN(seq) FROM executionkit_headers WHERE run_id = ?)"""
+AS_OF = """SELECT name, value FROM executionkit_outputs
+    WHERE run_id = ? AND added <= ? AND (dropped IS NULL OR dropped > ?) ORDER BY ord"""
+ALL_ROWS = """SELECT name, value, added, dropped FROM executionkit_outputs
+    WHERE run_id = ? ORDER BY ord"""
+HEADERS = "SELECT seq, header FROM executionkit_headers WHERE run_id = ? ORDER BY seq"
+LATEST = """SELECT run_id, seq FROM executionkit_runs WHERE seq >= 0
+    ORDER BY written DESC LIMIT 1"""
+RUN = "SELECT run_id, seq FROM executionkit_runs WHERE run_id = ? AND seq >= 0"
+RUN_IDS = "SELECT run_id FROM executionkit_runs WHERE seq >= 0 ORDER BY written DESC"
+KEEP_FROM = """SELECT seq FROM executionkit_headers WHERE run_id = ?
+    ORDER BY seq DESC LIMIT 1 OFFSET ?"""
+PRUNE_HEADERS = "DELETE FROM executionkit_headers WHERE run_id = ? AND seq < ?"
