@@ -139,3 +139,40 @@ def test_stores_prints_a_row_per_store_and_output_size_on_tiny_chains() -> None:
     assert lines[9] == "| store | bytes written, 10 steps of 1 KB | output bytes | ratio |"
     assert [line.split(" | ")[0] for line in lines[11:]] == [f"| {store}" for store in stores]
     assert all(line.split(" | ")[2] == "10,020" for line in lines[11:])  # 10 x (1,000 + 2)
+
+
+def test_map_prints_the_per_item_costs_and_the_stores_on_tiny_maps() -> None:
+    """`map.py` measures Step.map, the hand-written loop and the stores in fresh processes."""
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "map.py"),
+        "--sizes",
+        "5,10",
+        "--store-sizes",
+        "5,10",
+        "--repeat",
+        "1",
+    ]
+    done = subprocess.run(  # noqa: S603 - our own interpreter and script
+        command, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "| µs per item | 5 items | 10 items |"
+    assert [line.split(" | ")[0] for line in lines[2:6]] == [
+        "| Step.map",
+        "| hand-written gather + Semaphore",
+        "| ratio",
+        "| checkpoints taken by Step.map",
+    ]
+    assert lines[6] == ""
+    assert lines[7].startswith("| store | µs per item, 5 | µs per item, 10 | bytes per item, 5 |")
+    rows = [line.split(" | ") for line in lines[9:]]
+    assert [row[0] for row in rows] == [
+        "| Step.map into JsonLinesStore",
+        "| Step.map into SQLiteStore",
+        "| the same, one item at a time: JsonLinesStore",
+        "| the same, one item at a time: SQLiteStore",
+    ]
+    # One item at a time: a checkpoint per item, plus the split's and the map's own.
+    assert [row[-2:] for row in rows[2:]] == [["7", "12 |"], ["7", "12 |"]]
