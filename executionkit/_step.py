@@ -176,8 +176,8 @@ class Step:
 
             hints = "".join(did_you_mean(option, _MAP_OPTIONS) for option in unknown)
             msg = (
-                f"step {name!r}: Step.map got unknown option(s) {', '.join(map(repr, unknown))}"
-                f"{hints}; it takes the keywords of Step"
+                f"step {name!r}: Step.map got unknown option(s) {', '.join(map(repr, unknown))} "
+                f"(it takes the keywords of Step){hints}"
             )
             raise WorkflowDefinitionError(msg)
         return MapStep(
