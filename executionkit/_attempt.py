@@ -17,6 +17,7 @@ from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from executionkit._aio import wait_through
+from executionkit._children import ChildLanding, run_child
 from executionkit._context import ContextView
 from executionkit._map import ItemLanding, MapDone, Unfinished, drive
 from executionkit._step import retry_wait
@@ -108,7 +109,7 @@ class InContext:
                 error = exc
 
 
-class Landing(ItemLanding, Protocol):
+class Landing(ItemLanding, ChildLanding, Protocol):
     """What a run is told about each step: how it ended, and that it is over."""
 
     cancelling: bool
@@ -171,7 +172,7 @@ class Attempts:
         self._caller_context = caller_context
         self._landing = landing
         # Steps that are not called as they are: maps (per item) and asks (a question).
-        self._special = graph.maps | graph.asks
+        self._special = graph.maps | graph.asks | graph.workflows
 
     async def task(self, position: int, returned: Any = None) -> None:  # noqa: C901, PLR0912
         """The body of a step's task (or of a lone step): run it, then land how it ended.
@@ -182,13 +183,18 @@ class Attempts:
         landing = self._landing
         step = self._graph.steps[position]
         view = ContextView(self._graph, position, self._context, self._outputs)
+        result: Any
         try:
             if position in self._special:
-                if position in self._graph.asks:
+                graph = self._graph
+                if position in graph.asks:
                     if landing.asking(position):
                         landing.landed_question(position, step.run(view))
                     return
-                result = await self._map(position, step, view)
+                if position in graph.maps:
+                    result = await self._map(position, step, view)
+                else:
+                    result = await run_child(landing, position, step.run, view)  # type: ignore[arg-type]
             elif returned is not None:
                 result = await returned
             elif step.retries or step.timeout is not None:
@@ -293,6 +299,9 @@ class Attempts:
         self, position: int, step: Step, view: ContextView, key: str, item: Any
     ) -> Any:
         """Run one item of a map: its attempts, each with its `StepContext`."""
+        if position in self._graph.workflows:
+            context = {**view, "item": item, "item_key": key}
+            return await run_child(self._landing, position, step.run, context, key)  # type: ignore[arg-type]
         return await self._attempts(
             step, partial(self._call_item, position, step, view, item), StepContext, (key,)
         )

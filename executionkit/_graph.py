@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from executionkit._errors import WorkflowDefinitionError, did_you_mean
-from executionkit._step import Step, is_async_callable
+from executionkit._step import Step, is_async_callable, is_workflow
 from executionkit._step_kinds import AskStep, MapStep
 
 if TYPE_CHECKING:
@@ -42,6 +42,7 @@ class Graph:
         "plain_items",
         "step_info",
         "steps",
+        "workflows",
     )
 
     def __init__(self, steps: Iterable[Step], inputs: object = ()) -> None:
@@ -67,11 +68,15 @@ class Graph:
         self.levels: tuple[tuple[int, ...], ...] = self._levels()
         # Map steps: their run is called once per item, by the map's own driver.
         self.maps = frozenset(p for p, step in enumerate(self.steps) if isinstance(step, MapStep))
+        # Steps whose run is a Workflow: sub-workflows (a map's items, for a map).
+        self.workflows = frozenset(p for p, step in enumerate(self.steps) if is_workflow(step.run))
         # Ask steps: their run computes a question, and their output is the answer.
         self.asks = frozenset(p for p, step in enumerate(self.steps) if isinstance(step, AskStep))
         # Maps whose function is plain: with an executor, their items run there.
         self.plain_items = frozenset(
-            p for p in self.maps if not is_async_callable(self.steps[p].run)
+            p
+            for p in self.maps
+            if not is_async_callable(self.steps[p].run) and p not in self.workflows
         )
         # Plain-function steps; those without retries run inline, without a task.
         self.plain = frozenset(
@@ -80,6 +85,7 @@ class Graph:
             if not is_async_callable(step.run)
             and position not in self.maps
             and position not in self.asks
+            and position not in self.workflows
         )
         self.inline = frozenset(p for p in self.plain if self.steps[p].retries == 0)
         # Steps whose outputs are recorded through Step.encode.
@@ -185,10 +191,12 @@ class Graph:
 
 
 def kind_of(step: Step) -> str:
-    """What a step is, as ``step_info`` records it: ``"step"``, ``"map"`` or ``"ask"``."""
+    """What a step is, as ``step_info`` records it: step, map, ask or workflow."""
     if isinstance(step, MapStep):
         return "map"
-    return "ask" if isinstance(step, AskStep) else "step"
+    if isinstance(step, AskStep):
+        return "ask"
+    return "workflow" if is_workflow(step.run) else "step"
 
 
 def _info(step: Step) -> dict[str, Any]:

@@ -109,6 +109,16 @@ class Record:
             for name, (stored, live, cost) in state.items.items()
         }
         self._maps = graph.maps
+        # The latest checkpoint of each sub-workflow in progress: step -> checkpoint, or
+        # for a map of sub-workflows step -> {item key: checkpoint}; and what each spent.
+        self.children: dict[str, Any] = state.children
+        self._child_cost: dict[tuple[str, str | None], TokenUsage] = {}
+        for name, child in self.children.items():
+            if isinstance(child, WorkflowCheckpoint):
+                self._child_cost[name, None] = child.cost
+            else:
+                for key, item in child.items():
+                    self._child_cost[name, key] = item.cost
         self.answered: tuple[str, ...] = ()
         if options.answers or state.pending:
             self._answer(options.answers)
@@ -136,6 +146,42 @@ class Record:
         self.pending[step.name] = entry
         self.changes += 1
         return entry
+
+    # --- sub-workflows ---------------------------------------------------------------------
+
+    def child_checkpoint(self, name: str, key: str | None) -> WorkflowCheckpoint | None:
+        """The latest checkpoint of the child of step ``name`` (item ``key``), if any."""
+        child = self.children.get(name)
+        if child is None or key is None:
+            return child if isinstance(child, WorkflowCheckpoint) else None
+        found: WorkflowCheckpoint | None = child.get(key)
+        return found
+
+    def child_saved(self, name: str, key: str | None, checkpoint: WorkflowCheckpoint) -> None:
+        """Keep the child's latest checkpoint and count what it spent since the last one."""
+        self.cost += checkpoint.cost - self._child_cost.get((name, key), _ZERO)
+        self._child_cost[name, key] = checkpoint.cost
+        if key is None:
+            self.children[name] = checkpoint
+        else:
+            self.children.setdefault(name, {})[key] = checkpoint
+        self.changes += 1
+
+    def child_finished(self, name: str, key: str | None, cost: TokenUsage) -> None:
+        """The child completed: count the rest of what it spent; its output lands next."""
+        self.cost += cost - self._child_cost.pop((name, key), _ZERO)
+        if key is None:
+            self.children.pop(name, None)
+        else:
+            items = self.children.get(name)
+            if items is not None:
+                items.pop(key, None)
+                if not items:
+                    del self.children[name]
+
+    def child_spent(self, name: str, key: str | None) -> TokenUsage:
+        """What the child of step ``name`` (item ``key``) has spent so far."""
+        return self._child_cost.get((name, key), _ZERO)
 
     # --- what lands -----------------------------------------------------------------------
 
@@ -297,7 +343,7 @@ class Record:
             fields["errors"] = self._error_texts()
         if self.landed or self.progress or self._reported:
             self._describe_exactly(fields, since)
-        if self.items or self.pending:
+        if self.items or self.pending or self.children:
             self._describe_unfinished(fields, length)
         checkpoint = trusted_checkpoint(fields)
         self.last = checkpoint
@@ -353,10 +399,26 @@ class Record:
             fields["new_items"] = MappingProxyType(new)
         if self.pending:
             fields["pending"] = MappingProxyType(dict(self.pending))
+        children = self.children
+        if children:
+            fields["children"] = MappingProxyType(
+                {
+                    name: MappingProxyType(
+                        {"checkpoint": child}
+                        if isinstance(child, WorkflowCheckpoint)
+                        else {"items": MappingProxyType(dict(child))}
+                    )
+                    for name, child in children.items()
+                }
+            )
         described = fields.get("step_info")
         if described is None:
             described = self.log.info(length, info)
-        extra = {name: info[name] for name in (*items, *self.pending) if name not in described}
+        extra = {
+            name: info[name]
+            for name in (*items, *self.pending, *children)
+            if name not in described
+        }
         fields["step_info"] = MappingProxyType(Extended(described, extra))
 
     def _error_texts(self) -> Mapping[str, str]:

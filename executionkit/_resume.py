@@ -39,6 +39,8 @@ class Restored:
     items: dict[str, tuple[dict[str, Any], dict[str, Any], TokenUsage]]
     # Ask step -> its pending question, as recorded.
     pending: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    # Sub-workflow step -> its child's checkpoint (a map's: item key -> checkpoint).
+    children: dict[str, Any] = field(default_factory=dict)
     invalidated: dict[str, str] = field(default_factory=dict)
     discarded: tuple[str, ...] = ()
 
@@ -63,6 +65,7 @@ def restore(
     unknown = [name for name in checkpoint.outputs if name not in index]
     unknown += [name for name in checkpoint.items if name not in index]
     unknown += [name for name in checkpoint.pending if name not in index]
+    unknown += [name for name in checkpoint.children if name not in index]
     discarded: tuple[str, ...] = ()
     if checkpoint.version == LEGACY_VERSION:
         # ExecutionKit 0.4 kept the initial context inside `outputs`. Those values are
@@ -101,9 +104,11 @@ def restore(
     progress = _kept_progress(graph, checkpoint, set(stored), rerun, invalidated)
     items = _kept_items(graph, checkpoint, set(stored), rerun, invalidated)
     pending = _kept_questions(graph, checkpoint, set(stored), rerun, invalidated)
+    children = _kept_children(graph, checkpoint, set(stored), rerun, invalidated)
     return Restored(
         items=items,
         pending=pending,
+        children=children,
         outputs=_decoded(graph, stored),
         stored=stored,
         progress=progress,
@@ -262,6 +267,36 @@ def _kept_questions(
             kept[name] = entry
         else:
             invalidated[name] = f"pending question dropped: {reason}"
+    return kept
+
+
+def _kept_children(
+    graph: Graph,
+    checkpoint: WorkflowCheckpoint,
+    trusted: set[str],
+    rerun: frozenset[str],
+    invalidated: dict[str, str],
+) -> dict[str, Any]:
+    """The progress of sub-workflows that still fit their step; the rest start over."""
+    kept: dict[str, Any] = {}
+    for name, entry in checkpoint.children.items():
+        position = graph.index.get(name)
+        if position is None:
+            continue  # unknown_steps="discard" dropped it
+        stale = [d for d in graph.steps[position].depends_on if d in invalidated]
+        reason = (
+            f"depends on invalidated step {stale[0]!r}"
+            if stale
+            else _distrust(graph, checkpoint, name, trusted, rerun)
+        )
+        if reason is None and position not in graph.workflows:
+            reason = "it does not run a workflow any more"
+        if reason is not None:
+            invalidated[name] = f"sub-workflow progress dropped: {reason}"
+        elif "checkpoint" in entry:
+            kept[name] = entry["checkpoint"]
+        else:
+            kept[name] = dict(entry["items"])
     return kept
 
 

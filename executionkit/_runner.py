@@ -26,7 +26,9 @@ from executionkit._aio import wait_through
 from executionkit._announcer import Announcer
 from executionkit._attempt import Attempts, InContext
 from executionkit._checkpointer import Checkpointer
+from executionkit._children import child_run_id
 from executionkit._record import Record
+from executionkit._types import TokenUsage
 from executionkit.events import (
     ItemFailed,
     ItemFinished,
@@ -44,6 +46,7 @@ from executionkit.events import (
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
 
+    from executionkit._checkpoint import WorkflowCheckpoint
     from executionkit._graph import Graph
     from executionkit._options import RunOptions
     from executionkit._result import WorkflowResult
@@ -57,6 +60,7 @@ class Run:
         from executionkit._graph import Frontier  # noqa: PLC0415 - avoids an import cycle
 
         self._graph = graph
+        self._options = options
         self._record = record = Record(graph, options)
         caller_context = contextvars.copy_context()
         self._caller_context = caller_context
@@ -369,6 +373,51 @@ class Run:
             name = self._graph.names[position]
             duration = time.perf_counter() - began
             self._announcer.emit(ItemFailed(self._run_id, name, key, duration, error))
+
+    # --- sub-workflows (see executionkit._children) ----------------------------------------
+
+    def child_start(
+        self, position: int, key: str | None
+    ) -> tuple[WorkflowCheckpoint | None, dict[str, Any]]:
+        """The child's checkpoint to resume from, and the options it runs with."""
+        record = self._record
+        name = self._graph.names[position]
+        options = self._options
+        budget = options.budget
+        if budget is not None:
+            # What the rest of the run has not spent of each limit (0 stays "no limit").
+            elsewhere = record.cost - record.child_spent(name, key)
+            budget = TokenUsage(
+                *(
+                    0 if limit == 0 else max(1, limit - used)
+                    for limit, used in (
+                        (budget.input_tokens, elsewhere.input_tokens),
+                        (budget.output_tokens, elsewhere.output_tokens),
+                        (budget.llm_calls, elsewhere.llm_calls),
+                    )
+                )
+            )
+        inherited = {
+            "run_id": child_run_id(self._run_id, name, key),
+            "on_error": options.on_error,
+            "budget": budget,
+            "validate_json": options.validate_json,
+            "schedule": options.schedule,
+            "max_concurrency": options.max_concurrency,
+            "on_event": options.on_event,
+            "executor": options.executor,
+            "checkpoint_every": "step",
+        }
+        return record.child_checkpoint(name, key), inherited
+
+    def child_saved(self, position: int, key: str | None, checkpoint: WorkflowCheckpoint) -> None:
+        """A checkpoint of a child: it goes into the record, and the run is checkpointed."""
+        self._record.child_saved(self._graph.names[position], key, checkpoint)
+        self._checkpointer.save_soon(asyncio.get_running_loop())
+
+    def child_finished(self, position: int, key: str | None, cost: TokenUsage) -> None:
+        """A child completed with total ``cost``."""
+        self._record.child_finished(self._graph.names[position], key, cost)
 
     # --- questions (Step.ask) -------------------------------------------------------------
 

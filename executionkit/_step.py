@@ -30,6 +30,9 @@ class Step:
         name: Unique, non-empty name; the key of the step's output in ``ctx``,
             in results and in checkpoints.
         run: Called as ``run(ctx)``; a plain function or a coroutine function.
+            Or a `Workflow`: the step then runs it as a sub-workflow, with its
+            ``ctx`` as the initial context, and its output is the dict of the
+            sub-workflow's outputs.
             ``ctx`` is a read-only mapping of the run's initial context plus the
             outputs of this step's ancestors. Return the output, or a
             `PatternResult` whose ``value`` is the output and whose ``cost`` is
@@ -99,10 +102,10 @@ class Step:
             msg = f"step name must be a non-empty str, got {type(name).__name__} {name!r}"
             raise WorkflowDefinitionError(msg)
         run: object = self.run
-        if not callable(run):
+        if not callable(run) and not is_workflow(run):
             msg = (
                 f"step {name!r}: run must be callable (a function or coroutine function "
-                f"taking ctx), got {type(run).__name__} {run!r}"
+                f"taking ctx) or a Workflow, got {type(run).__name__} {run!r}"
             )
             raise WorkflowDefinitionError(msg)
         object.__setattr__(self, "depends_on", _normalise_depends_on(name, self.depends_on))
@@ -331,6 +334,13 @@ def _normalise_retry_on(name: str, retry_on: object) -> tuple[type[Exception], .
             )
             raise WorkflowDefinitionError(msg)
     return types
+
+
+def is_workflow(run: object) -> bool:
+    """Whether ``run`` is a `Workflow` (a step running it is a sub-workflow)."""
+    from executionkit._workflow import Workflow  # noqa: PLC0415 - a cycle; loaded by then
+
+    return isinstance(run, Workflow)
 
 
 def is_async_callable(run: object) -> bool:
