@@ -26,6 +26,10 @@ class WorkflowResult:
             depending on such a step. Their earlier token usage stays counted.
         discarded: Recorded steps the workflow does not have, dropped because
             ``unknown_steps="discard"`` was passed.
+        skipped: Read-only mapping of each step a condition skipped (in this
+            call or restored from ``resume_from``) to the reason, in declaration
+            order. A skipped step has no output: it is in neither ``outputs``,
+            ``executed`` nor ``restored``.
     """
 
     outputs: MappingProxyType[str, Any]
@@ -35,3 +39,4 @@ class WorkflowResult:
     restored: tuple[str, ...] = ()
     invalidated: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     discarded: tuple[str, ...] = ()
+    skipped: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))

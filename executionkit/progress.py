@@ -36,6 +36,7 @@ from executionkit.events import (
     StepInvalidated,
     StepRestored,
     StepRetried,
+    StepSkipped,
     StepStarted,
 )
 
@@ -55,7 +56,9 @@ class ConsoleProgress:
     It counts steps done (restored from the checkpoint or finished in this
     call) out of all steps, the steps running now (by name, in the order they
     started), the steps that failed, the time since the run started and the
-    tokens spent, restored usage included. A status reads like this:
+    tokens spent, restored usage included. A step a condition skipped counts
+    as done, and the status says how many were skipped in this call. A status
+    reads like this:
 
         executionkit 12/40 done, 2 running (fetch, rank), 1 failed, 1m02s, 12,345 tokens in 8 calls
 
@@ -64,7 +67,7 @@ class ConsoleProgress:
     failed, retried and invalidated messages are written as lines of their own
     above it, and the run's last event replaces it with a summary line ending
     in a newline. In plain mode every message is a line of its own: the run
-    starting, each step invalidated, finished, retried or failed (with the
+    starting, each step invalidated, finished, skipped, retried or failed (with the
     status after it), and a summary when the run finishes or fails.
 
     The line only changes when an event arrives: during a long step the
@@ -100,6 +103,7 @@ class ConsoleProgress:
         self._done: set[str] = set()
         self._running: dict[str, float] = {}  # name -> when its first attempt started
         self._failed: set[str] = set()
+        self._skipped: set[str] = set()
         self._cost = TokenUsage()
         self._started: float | None = None
 
@@ -144,6 +148,11 @@ class ConsoleProgress:
                 self._cost += event.cost
                 text = f"{_PREFIX}: {event.step} finished in {took}"
                 line = _Line(text, status=True, notable=False)
+            case StepSkipped():
+                self._done.add(event.step)
+                self._skipped.add(event.step)
+                text = f"{_PREFIX}: {event.step} skipped: {event.reason}"
+                line = _Line(text, status=True, notable=False)
             case StepFailed():
                 took = self._step_ended(event.step, now, event.duration)
                 self._failed.add(event.step)
@@ -185,6 +194,8 @@ class ConsoleProgress:
     def _status(self, now: float) -> str:
         """``12/40 done, 2 running (a, b), 1 failed, 1m02s, 12,345 tokens in 8 calls``."""
         parts = [f"{len(self._done)}/{self._total} done"]
+        if self._skipped:
+            parts[0] += f" ({len(self._skipped)} skipped)"
         if self._running:
             names = list(self._running)
             shown = ", ".join(names[:_SHOWN_RUNNING])
