@@ -20,15 +20,19 @@ from executionkit._checkpoint_fields import (
     guard,
     int_text,
     newer_version,
+    read_children,
     read_context_keys,
     read_cost,
     read_count,
     read_dict,
     read_errors,
+    read_items,
     read_new_outputs,
     read_outputs,
+    read_pending,
     read_progress,
     read_run_id,
+    read_skipped,
     read_step_info,
     read_timestamp,
     read_token_usage,
@@ -93,6 +97,20 @@ class WorkflowCheckpoint:
             (format 2). On resume a step whose version or dependencies changed
             since is run again, with its descendants. Empty in checkpoints of
             older formats, which are trusted as they are.
+        skipped: Step name to the reason a condition (``when=``, or the
+            ``join`` rule) skipped it; recorded so that resuming never asks
+            again (format 3).
+        items: For each map step that has not finished, the outputs of its
+            finished items by item key and their token usage:
+            ``{"outputs": {key: output}, "cost": TokenUsage}`` (format 3).
+            Resuming runs only the items not recorded.
+        pending: For each question asked (`Step.ask`) and not answered yet:
+            ``{"question": value, "asked_at": str, "expires_at": str | None}``,
+            times in UTC ISO-8601 (format 3).
+        children: For each sub-workflow step in progress, its own checkpoint
+            (``{"checkpoint": WorkflowCheckpoint}``), or for a map of
+            sub-workflows one per item (``{"items": {key: WorkflowCheckpoint}}``)
+            (format 3).
         new_outputs: Names of the outputs recorded since the previous checkpoint
             of this run, in recording order, so an append-only store can write
             only those. Not part of the dict format (``()`` after `from_dict`)
@@ -116,6 +134,10 @@ class WorkflowCheckpoint:
     metadata: Mapping[str, Any] = field(default_factory=_empty_proxy)
     progress: Mapping[str, Any] = field(default_factory=_empty_proxy)
     step_info: Mapping[str, Mapping[str, Any]] = field(default_factory=_empty_proxy)
+    skipped: Mapping[str, str] = field(default_factory=_empty_proxy)
+    items: Mapping[str, Mapping[str, Any]] = field(default_factory=_empty_proxy)
+    pending: Mapping[str, Mapping[str, Any]] = field(default_factory=_empty_proxy)
+    children: Mapping[str, Mapping[str, Any]] = field(default_factory=_empty_proxy)
     new_outputs: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -136,12 +158,17 @@ class WorkflowCheckpoint:
         context_keys = guard("context_keys", lambda: read_context_keys(self.context_keys))
         progress = guard("progress", lambda: read_dict(self.progress, "progress"))
         info = guard("step_info", lambda: read_dict(self.step_info, "step_info"))
+        later = {
+            name: guard(name, lambda name=name: read_dict(getattr(self, name), name))  # type: ignore[misc]
+            for name in _LATER_FIELDS
+        }
         new: object = self.new_outputs
         if step_index != len(outputs) and given is VERSION_NOT_GIVEN:
             # What ExecutionKit 0.4 code builds: only its three fields, and a step_index
             # that counts completed steps while outputs also hold the initial context.
             # Such a checkpoint is a 0.4 checkpoint, written and read back as one.
             only_04 = not (run_id or seq or context_keys or errors or created_at or metadata)
+            only_04 = only_04 and not any(later.values())
             if only_04 and not (progress or info) and type(new) is tuple and not new:
                 version = LEGACY_VERSION
         # 0.4 kept the initial context inside `outputs`, so only newer formats must match.
@@ -152,8 +179,15 @@ class WorkflowCheckpoint:
             )
             raise CheckpointFormatError(msg, path="step_index")
         frozen_progress = guard("progress", lambda: read_progress(progress, version, outputs))
+        skipped = guard("skipped", lambda: read_skipped(later["skipped"], version, outputs))
+        items = guard("items", lambda: read_items(later["items"], version, outputs))
+        pending = guard("pending", lambda: read_pending(later["pending"], version, outputs))
+        children = guard(
+            "children", lambda: read_children(later["children"], version, outputs, _read_child)
+        )
+        others = {*skipped, *items, *pending, *children}
         frozen_info = guard(
-            "step_info", lambda: read_step_info(info, version, outputs, frozen_progress)
+            "step_info", lambda: read_step_info(info, version, outputs, frozen_progress, others)
         )
         guard("new_outputs", lambda: read_new_outputs(new, outputs))
         freeze = object.__setattr__
@@ -164,6 +198,10 @@ class WorkflowCheckpoint:
         freeze(self, "context_keys", context_keys)
         freeze(self, "progress", frozen_progress)
         freeze(self, "step_info", frozen_info)
+        freeze(self, "skipped", skipped)
+        freeze(self, "items", items)
+        freeze(self, "pending", pending)
+        freeze(self, "children", children)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the checkpoint as a plain dict.
@@ -175,11 +213,7 @@ class WorkflowCheckpoint:
 
         The shape is documented in ``docs/reference.md``.
         """
-        cost = {
-            "input_tokens": self.cost.input_tokens,
-            "output_tokens": self.cost.output_tokens,
-            "llm_calls": self.cost.llm_calls,
-        }
+        cost = _usage_dict(self.cost)
         if self.version == LEGACY_VERSION:
             return {"step_index": self.step_index, "outputs": dict(self.outputs), "cost": cost}
         data: dict[str, Any] = {
@@ -196,9 +230,16 @@ class WorkflowCheckpoint:
         }
         if self.version >= 2:  # noqa: PLR2004 - the version that introduced progress
             data["progress"] = dict(self.progress)
-            data["step_info"] = {
-                name: {"version": info["version"], "depends_on": list(info["depends_on"])}
-                for name, info in self.step_info.items()
+            data["step_info"] = {name: _info_dict(info) for name, info in self.step_info.items()}
+        if self.version >= 3:  # noqa: PLR2004 - the version that introduced these
+            data["skipped"] = dict(self.skipped)
+            data["items"] = {
+                name: {"outputs": dict(entry["outputs"]), "cost": _usage_dict(entry["cost"])}
+                for name, entry in self.items.items()
+            }
+            data["pending"] = {name: dict(entry) for name, entry in self.pending.items()}
+            data["children"] = {
+                name: _children_dict(entry) for name, entry in self.children.items()
             }
         return data
 
@@ -256,7 +297,50 @@ def _read_checkpoint(cls: type[WorkflowCheckpoint], data: object) -> WorkflowChe
         metadata=data["metadata"],
         progress=data.get("progress", {}),
         step_info=data.get("step_info", {}),
+        skipped=data.get("skipped", {}),
+        items=data.get("items", {}),
+        pending=data.get("pending", {}),
+        children=data.get("children", {}),
     )
+
+
+_LATER_FIELDS = ("skipped", "items", "pending", "children")
+
+
+def _usage_dict(usage: TokenUsage) -> dict[str, int]:
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "llm_calls": usage.llm_calls,
+    }
+
+
+def _info_dict(info: Mapping[str, Any]) -> dict[str, Any]:
+    entry = {"version": info["version"], "depends_on": list(info["depends_on"])}
+    if "kind" in info:
+        entry["kind"] = info["kind"]
+    return entry
+
+
+def _children_dict(entry: Mapping[str, Any]) -> dict[str, Any]:
+    if "checkpoint" in entry:
+        return {"checkpoint": entry["checkpoint"].to_dict()}
+    return {"items": {key: child.to_dict() for key, child in entry["items"].items()}}
+
+
+def _read_child(value: object, path: str) -> WorkflowCheckpoint:
+    """A nested checkpoint: a `WorkflowCheckpoint` as it is, or a dict read with `from_dict`.
+
+    Errors name the field's full path, such as ``children.research.checkpoint.seq``.
+    """
+    if isinstance(value, WorkflowCheckpoint):
+        return value
+    try:
+        return WorkflowCheckpoint.from_dict(value)
+    except CheckpointFormatError as exc:
+        inner = f"{path}.{exc.path}" if exc.path else path
+        msg = f"checkpoint field {path!r} is not a valid checkpoint: {exc}"
+        raise CheckpointFormatError(msg, path=inner) from exc
 
 
 def _read_legacy(data: Mapping[str, Any]) -> WorkflowCheckpoint:
@@ -408,6 +492,10 @@ def _install_deferred_fields() -> None:
         _Deferred("metadata", _shared("metadata")),
         _Deferred("progress", _empty),
         _Deferred("step_info", _step_info),
+        _Deferred("skipped", _empty),
+        _Deferred("items", _empty),
+        _Deferred("pending", _empty),
+        _Deferred("children", _empty),
         _Deferred("new_outputs", _new_outputs, ()),
     ):
         setattr(WorkflowCheckpoint, descriptor.name, descriptor)

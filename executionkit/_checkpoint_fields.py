@@ -16,13 +16,15 @@ from executionkit._errors import CheckpointFormatError, preview, safe_str
 from executionkit._types import TokenUsage
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """The checkpoint format version this library writes (and the newest it reads).
 
 Version 1 (written by executionkit 0.1.0) lacks ``progress`` and ``step_info``;
-version 2 (executionkit 0.2) adds both.
+version 2 adds both; version 3 adds ``skipped``, ``items``, ``pending`` and
+``children`` (conditions, maps, questions and sub-workflows) and a ``kind`` in
+``step_info`` for steps that are not plain steps.
 """
 
 LEGACY_VERSION = 0
@@ -43,8 +45,15 @@ _V1_KEYS = frozenset(
         "metadata",
     }
 )
-KEYS_BY_VERSION = {1: _V1_KEYS, 2: _V1_KEYS | {"progress", "step_info"}}
+_V2_KEYS = _V1_KEYS | {"progress", "step_info"}
+KEYS_BY_VERSION = {
+    1: _V1_KEYS,
+    2: _V2_KEYS,
+    3: _V2_KEYS | {"skipped", "items", "pending", "children"},
+}
 STEP_INFO_KEYS = frozenset({"version", "depends_on"})
+STEP_KINDS = ("step", "map", "ask", "workflow")
+"""What a step is, as ``step_info`` records it (format 3; absent means ``"step"``)."""
 COST_KEYS = ("input_tokens", "output_tokens", "llm_calls")
 
 
@@ -62,6 +71,7 @@ class DefaultVersion(int):
 VERSION_NOT_GIVEN = DefaultVersion(FORMAT_VERSION)
 
 
+_KINDS_TEXT = " or ".join(map(repr, STEP_KINDS))
 _T = TypeVar("_T")
 
 
@@ -227,32 +237,44 @@ def read_progress(
 
 
 def read_step_info(
-    value: object, version: int, outputs: Mapping[str, Any], progress: Mapping[str, Any]
+    value: object,
+    version: int,
+    outputs: Mapping[str, Any],
+    progress: Mapping[str, Any],
+    others: Iterable[str] = (),
 ) -> MappingProxyType[str, Mapping[str, Any]]:
     raw = read_dict(value, "step_info")
     if raw and version < 2:  # noqa: PLR2004 - the version that introduced it
         msg = f"checkpoint field 'step_info' needs format version 2, got version {version}"
         raise CheckpointFormatError(msg, path="step_info")
     missing = sorted(set(outputs) - set(raw))
-    extra = sorted(set(raw) - set(outputs) - set(progress))
+    extra = sorted(set(raw) - set(outputs) - set(progress) - set(others))
     if raw and (missing or extra):
         msg = (
             f"checkpoint field 'step_info' must describe the recorded steps and the steps "
-            f"with progress; missing {missing!r}, neither recorded nor in progress {extra!r}"
+            f"with progress, skipped, items, pending questions or children; missing "
+            f"{missing!r}, none of those {extra!r}"
         )
         raise CheckpointFormatError(msg, path="step_info")
     info: dict[str, Mapping[str, Any]] = {}
     for name, entry in raw.items():
         where = f"step_info.{name}"
         fields = read_dict(entry, where)
+        kind = fields.pop("kind", "step")
         check_keys(fields, STEP_INFO_KEYS, where=f"{where}.")
+        if kind != "step" and (version < 3 or kind not in STEP_KINDS):  # noqa: PLR2004
+            expected = "absent (format 2 has no kinds)" if version < 3 else _KINDS_TEXT  # noqa: PLR2004
+            fail(f"{where}.kind", expected, kind)
         step_version = fields["version"]
         if step_version is not None and (type(step_version) is not str or not step_version):
             fail(f"{where}.version", "a non-empty str or None", step_version)
         deps = fields["depends_on"]
         if not isinstance(deps, (list, tuple)) or not all(type(d) is str and d for d in deps):
             fail(f"{where}.depends_on", "a list of step names", deps)
-        info[name] = MappingProxyType({"version": step_version, "depends_on": tuple(deps)})
+        entry_fields = {"version": step_version, "depends_on": tuple(deps)}
+        if kind != "step":
+            entry_fields["kind"] = kind
+        info[name] = MappingProxyType(entry_fields)
     return MappingProxyType(info)
 
 
@@ -265,3 +287,147 @@ def read_context_keys(value: object) -> tuple[str, ...]:
     if len(set(value)) != len(value):
         fail("context_keys", "a list of distinct str", value)
     return tuple(value)
+
+
+# --- format 3: conditions, maps, questions, sub-workflows --------------------------------
+
+
+def _needs_version_3(path: str, value: Mapping[str, Any], version: int) -> None:
+    if value and version < 3:  # noqa: PLR2004 - the version that introduced it
+        msg = f"checkpoint field {path!r} needs format version 3, got version {version}"
+        raise CheckpointFormatError(msg, path=path)
+
+
+def _not_recorded(path: str, names: Iterable[str], outputs: Mapping[str, Any], what: str) -> None:
+    done = [name for name in names if name in outputs]
+    if done:
+        msg = f"checkpoint field {path!r} names recorded steps {done!r}; {what}"
+        raise CheckpointFormatError(msg, path=path)
+
+
+def read_step_names(value: object, path: str) -> dict[str, Any]:
+    """A dict keyed by non-empty step names."""
+    found = read_dict(value, path)
+    if "" in found:
+        msg = f"checkpoint field {path!r} must have non-empty step names as keys, got ''"
+        raise CheckpointFormatError(msg, path=path)
+    return found
+
+
+def read_skipped(
+    value: object, version: int, outputs: Mapping[str, Any]
+) -> MappingProxyType[str, str]:
+    """``skipped``: step name to the reason a condition skipped it."""
+    skipped = read_step_names(value, "skipped")
+    _needs_version_3("skipped", skipped, version)
+    for name, reason in skipped.items():
+        if not isinstance(reason, str):
+            fail(f"skipped.{name}", "a str (why the step was skipped)", reason)
+    _not_recorded("skipped", skipped, outputs, "a skipped step has no output")
+    return MappingProxyType(skipped)
+
+
+def read_usage(value: object, path: str) -> TokenUsage:
+    """A `TokenUsage`, or the dict `to_dict` writes for one."""
+    if isinstance(value, TokenUsage):
+        for name in COST_KEYS:
+            read_count(getattr(value, name), f"{path}.{name}")
+        return value
+    usage = read_dict(value, path)
+    check_keys(usage, frozenset(COST_KEYS), where=f"{path}.")
+    return TokenUsage(*(read_count(usage[key], f"{path}.{key}") for key in COST_KEYS))
+
+
+def read_items(
+    value: object, version: int, outputs: Mapping[str, Any]
+) -> MappingProxyType[str, Mapping[str, Any]]:
+    """``items``: for each unfinished map, its finished items' outputs by key and their usage."""
+    items = read_step_names(value, "items")
+    _needs_version_3("items", items, version)
+    _not_recorded("items", items, outputs, "a finished map's items are in its output")
+    result: dict[str, Mapping[str, Any]] = {}
+    for name, entry in items.items():
+        where = f"items.{name}"
+        fields = read_dict(entry, where)
+        check_keys(fields, frozenset({"outputs", "cost"}), where=f"{where}.")
+        done = read_dict(fields["outputs"], f"{where}.outputs")
+        if "" in done:
+            fail(f"{where}.outputs", "keyed by non-empty item keys", "")
+        cost = read_usage(fields["cost"], f"{where}.cost")
+        result[name] = MappingProxyType({"outputs": MappingProxyType(done), "cost": cost})
+    return MappingProxyType(result)
+
+
+_PENDING_KEYS = frozenset({"question", "asked_at", "expires_at"})
+
+
+def _read_moment(value: object, path: str, *, optional: bool) -> str | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            pass
+        else:
+            if moment.tzinfo is not None:
+                return value
+    expected = "a UTC ISO-8601 timestamp str" + (" or None" if optional else "")
+    fail(path, expected, value)
+
+
+def read_pending(
+    value: object, version: int, outputs: Mapping[str, Any]
+) -> MappingProxyType[str, Mapping[str, Any]]:
+    """``pending``: for each unanswered question, the question and when it was asked."""
+    pending = read_step_names(value, "pending")
+    _needs_version_3("pending", pending, version)
+    _not_recorded("pending", pending, outputs, "an answered question is an output")
+    result: dict[str, Mapping[str, Any]] = {}
+    for name, entry in pending.items():
+        where = f"pending.{name}"
+        fields = read_dict(entry, where)
+        check_keys(fields, _PENDING_KEYS, where=f"{where}.")
+        asked_at = _read_moment(fields["asked_at"], f"{where}.asked_at", optional=False)
+        expires_at = _read_moment(fields["expires_at"], f"{where}.expires_at", optional=True)
+        result[name] = MappingProxyType(
+            {"question": fields["question"], "asked_at": asked_at, "expires_at": expires_at}
+        )
+    return MappingProxyType(result)
+
+
+def read_children(
+    value: object,
+    version: int,
+    outputs: Mapping[str, Any],
+    read_child: Callable[[object, str], object],
+) -> MappingProxyType[str, Mapping[str, Any]]:
+    """``children``: the checkpoint of each sub-workflow in progress, or of each item's.
+
+    ``read_child(value, path)`` reads one nested checkpoint.
+    """
+    children = read_step_names(value, "children")
+    _needs_version_3("children", children, version)
+    _not_recorded("children", children, outputs, "a finished sub-workflow is an output")
+    result: dict[str, Mapping[str, Any]] = {}
+    for name, entry in children.items():
+        where = f"children.{name}"
+        fields = read_dict(entry, where)
+        if set(fields) == {"checkpoint"}:
+            child = read_child(fields["checkpoint"], f"{where}.checkpoint")
+            result[name] = MappingProxyType({"checkpoint": child})
+        elif set(fields) == {"items"}:
+            keyed = read_dict(fields["items"], f"{where}.items")
+            result[name] = MappingProxyType(
+                {
+                    "items": MappingProxyType(
+                        {
+                            key: read_child(item, f"{where}.items.{key}")
+                            for key, item in keyed.items()
+                        }
+                    )
+                }
+            )
+        else:
+            fail(where, "{'checkpoint': {...}} or {'items': {key: {...}}}", entry)
+    return MappingProxyType(result)

@@ -24,6 +24,7 @@ from executionkit import (
     WorkflowCheckpoint,
     current_step,
 )
+from executionkit._checkpoint import FORMAT_VERSION
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -58,7 +59,7 @@ def test_a_04_checkpoint_round_trips_through_json() -> None:
 
 def test_a_matching_step_index_still_builds_the_current_format() -> None:
     cp = WorkflowCheckpoint(step_index=2, outputs=TWO, cost=COST)
-    assert cp.version == 2
+    assert cp.version == FORMAT_VERSION == 3
     assert next(iter(cp.to_dict())) == "version"
 
 
@@ -100,9 +101,9 @@ def test_other_validation_applies_to_04_calls() -> None:
 
 def test_the_version_default_still_reads_as_the_current_format() -> None:
     defaults = {f.name: f.default for f in dataclasses.fields(WorkflowCheckpoint)}
-    assert defaults["version"] == 2
-    assert inspect.signature(WorkflowCheckpoint).parameters["version"].default == 2
-    assert WorkflowCheckpoint.version == 2
+    assert defaults["version"] == FORMAT_VERSION
+    assert inspect.signature(WorkflowCheckpoint).parameters["version"].default == FORMAT_VERSION
+    assert WorkflowCheckpoint.version == FORMAT_VERSION
     cp = WorkflowCheckpoint(step_index=0, outputs={}, cost=TokenUsage())
     assert type(cp.version) is int
     assert type(dataclasses.replace(cp, seq=1).version) is int

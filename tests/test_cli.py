@@ -1032,7 +1032,7 @@ FIXED = WorkflowCheckpoint(
 
 INSPECT_TEXT = """\
 file        run.json
-format      version 2
+format      version 3
 run_id      run-1
 seq         2
 created_at  2025-01-02T03:04:05+00:00
@@ -1074,7 +1074,7 @@ def test_inspect_json(cli: Callable[..., Outcome], tmp_path: Path) -> None:
     assert (outcome.code, outcome.err) == (0, "")
     assert json.loads(outcome.out) == {
         "file": "run.json",
-        "version": 2,
+        "version": 3,
         "run_id": "run-1",
         "seq": 2,
         "created_at": "2025-01-02T03:04:05+00:00",

@@ -349,7 +349,7 @@ BROKEN: list[tuple[str, type[MemoryStore], str, str]] = [
         ReturnsTheDict,
         "round trip",
         (
-            f"round trip: {FIRST}, load() returned {{'version': 2, 'run_id': "
+            f"round trip: {FIRST}, load() returned {{'version': 3, 'run_id': "
             f"'executionkit-conformance', 'seq': 1, 'step_index': ..., not a WorkflowCheckpoint"
         ),
     ),

@@ -722,7 +722,8 @@ def old_format(checkpoint: WorkflowCheckpoint, version: int) -> WorkflowCheckpoi
     if version == 0:
         data = {key: data[key] for key in ("step_index", "outputs", "cost")}
     else:
-        del data["progress"], data["step_info"]
+        for key in ("progress", "step_info", "skipped", "items", "pending", "children"):
+            del data[key]
         data["version"] = 1
     loaded = WorkflowCheckpoint.from_dict(json.loads(json.dumps(data)))
     assert loaded.version == version

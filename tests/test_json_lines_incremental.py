@@ -274,12 +274,12 @@ def test_a_malformed_extra_field_is_damage(tmp_path: Path, extra: str, problem: 
 def test_an_extra_field_this_format_lacks_is_named_by_the_rebuild(tmp_path: Path) -> None:
     """Carried as it is, a key of a later format reaches from_dict, which names it."""
     path = tmp_path / "run.jsonl"
-    path.write_text('{"s": 1, "n": {}, "c": [0, 0, 0], "x": {"skipped": {}}}\n', encoding="utf-8")
+    path.write_text('{"s": 1, "n": {}, "c": [0, 0, 0], "x": {"later": {}}}\n', encoding="utf-8")
     with pytest.raises(CheckpointFormatError) as caught:
         JsonLinesStore(path).load()
     message = str(caught.value)
     assert message.startswith(f"{path}: the lines do not rebuild into a valid checkpoint: ")
-    assert "'skipped'" in message
+    assert "'later'" in message
 
 
 # --- compaction --------------------------------------------------------------------------

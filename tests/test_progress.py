@@ -145,7 +145,7 @@ async def test_each_saved_progress_is_checkpointed_in_order_without_overlap() ->
         ("factor", "loop"),
         ("factor", "loop", "report"),
     ]
-    assert all(cp.version == FORMAT_VERSION == 2 for cp in store.checkpoints)
+    assert all(cp.version == FORMAT_VERSION == 3 for cp in store.checkpoints)
 
 
 async def test_saves_during_a_running_checkpoint_are_folded_into_the_next() -> None:
@@ -577,12 +577,12 @@ def version_1_dict() -> dict[str, Any]:
     }
 
 
-async def test_run_checkpoints_are_version_2_with_a_progress_key() -> None:
+async def test_run_checkpoints_are_the_current_version_with_a_progress_key() -> None:
     checkpoints: list[WorkflowCheckpoint] = []
     await run_bounded(loop_workflow(Looper()), checkpoint_fn=checkpoints.append)
     assert checkpoints
     for checkpoint in checkpoints:
-        assert checkpoint.version == 2
+        assert checkpoint.version == FORMAT_VERSION
         assert "progress" in checkpoint.to_dict()
 
 
@@ -602,7 +602,7 @@ async def test_a_version_1_checkpoint_loads_and_resumes() -> None:
     assert result.run_id == "run-v1"
     assert result.restored == ("factor",)
     assert checkpoints[0].seq == 5
-    assert all(cp.version == 2 for cp in checkpoints)
+    assert all(cp.version == FORMAT_VERSION for cp in checkpoints)
 
 
 def test_a_version_1_dict_cannot_carry_progress() -> None:

@@ -31,6 +31,7 @@ from executionkit.stores._lines_format import (
     follows,
     log_prefix,
     pack_info,
+    unfinished,
 )
 from executionkit.stores._unstorable import unstorable
 
@@ -265,10 +266,11 @@ class JsonLinesStore:
             line["errors"] = dict(checkpoint.errors)
         if checkpoint.progress:
             line["progress"] = dict(checkpoint.progress)
+        others = unfinished(checkpoint)
+        if others:
+            # Named for what it first held; it describes every step without an output.
             line["progress_info"] = {
-                name: pack_info(checkpoint.step_info[name])
-                for name in checkpoint.progress
-                if name in checkpoint.step_info
+                name: pack_info(checkpoint.step_info[name]) for name in others
             }
         extra = extra_fields(checkpoint)
         if extra:

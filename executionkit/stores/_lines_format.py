@@ -22,6 +22,9 @@ COST = ("input_tokens", "output_tokens", "llm_calls")
 _WRITTEN = KEYS_BY_VERSION[2]
 _FIELDS = tuple(field.name for field in dataclasses.fields(WorkflowCheckpoint))
 _LARGE = ("outputs", "step_info")
+# The later keys a line leaves out when empty, and the rebuild's own bookkeeping.
+_LATER = tuple(sorted(KEYS_BY_VERSION[FORMAT_VERSION] - _WRITTEN))
+_STATE_ONLY = ("extra", "unfinished")
 
 
 LogPrefix = tuple[Any, int]
@@ -83,7 +86,18 @@ def extra_fields(checkpoint: WorkflowCheckpoint) -> dict[str, Any]:
     """
     fields = {name: getattr(checkpoint, name) for name in _FIELDS if name not in _LARGE}
     light = trusted_checkpoint({**fields, "outputs": {}, "step_info": {}})
-    return {key: value for key, value in light.to_dict().items() if key not in _WRITTEN}
+    # An empty field of a later format is left out: a line without it reads as empty.
+    return {key: value for key, value in light.to_dict().items() if key not in _WRITTEN and value}
+
+
+def unfinished(checkpoint: WorkflowCheckpoint) -> list[str]:
+    """The steps ``step_info`` describes besides the recorded ones, in its order.
+
+    Steps with progress, skipped steps, unfinished maps, pending questions and
+    sub-workflows in progress; a line carries their info whole (``progress_info``).
+    """
+    outputs = checkpoint.outputs
+    return [name for name in checkpoint.step_info if name not in outputs]
 
 
 def pack_info(info: Mapping[str, Any] | None) -> object:
@@ -91,6 +105,9 @@ def pack_info(info: Mapping[str, Any] | None) -> object:
     if info is None:  # a hand-made checkpoint without step_info
         return None
     deps = list(info["depends_on"])
+    kind = info.get("kind")
+    if kind is not None:
+        return {"v": info["version"], "d": deps, "k": kind}
     return deps if info["version"] is None else {"v": info["version"], "d": deps}
 
 
@@ -99,7 +116,9 @@ def unpack_info(packed: object) -> dict[str, Any] | None:
         return None if packed is None else {"version": None, "depends_on": packed}
     if isinstance(packed, dict) and set(packed) == {"v", "d"}:
         return {"version": packed["v"], "depends_on": packed["d"]}
-    msg = "step info must be a list, {'v': ..., 'd': [...]} or null"
+    if isinstance(packed, dict) and set(packed) == {"v", "d", "k"}:
+        return {"version": packed["v"], "depends_on": packed["d"], "kind": packed["k"]}
+    msg = "step info must be a list, {'v': ..., 'd': [...]}, {'v', 'd', 'k'} or null"
     raise ValueError(msg)
 
 
@@ -124,6 +143,10 @@ class Rebuild:
         else:
             state["outputs"].update((name, entry[0]) for name, entry in new.items())
         step_info = state["step_info"]
+        for name in state.get("unfinished", ()):
+            if name not in progress_info:
+                step_info.pop(name, None)  # described by the line before only
+        state["unfinished"] = list(progress_info)
         for name, packed in [*((n, entry[1]) for n, entry in new.items()), *progress_info.items()]:
             try:
                 info = unpack_info(packed)
@@ -218,10 +241,12 @@ class Rebuild:
             progress = {}  # from_dict names the field below
         # In the order a run's checkpoints list them: the outputs', then progress-only steps'.
         info = state["step_info"]
-        described = {**dict.fromkeys(state["outputs"]), **dict.fromkeys(progress)}
+        described = {**dict.fromkeys(state["outputs"]), **dict.fromkeys(state["unfinished"])}
         state["step_info"] = {name: info[name] for name in described if name in info}
         state["step_index"] = len(state["outputs"])
-        data = {key: value for key, value in state.items() if key != "extra"}
+        data = {key: value for key, value in state.items() if key not in _STATE_ONLY}
+        for key in _LATER:
+            data[key] = {}
         data.update(state["extra"])
         where = f"{self.path}: the lines do not rebuild into a valid checkpoint"
         try:

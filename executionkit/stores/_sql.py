@@ -296,11 +296,15 @@ class SqlCheckpoints:
         Raises:
             CheckpointValueError: If part of it cannot be written as JSON.
         """
-        info = checkpoint.step_info
-        progress_info = {name: info[name] for name in checkpoint.progress if name in info}
+        # The info of steps without an output (progress, skipped, items, questions) rides
+        # in the header; that of recorded steps rides with their outputs.
+        outputs = checkpoint.outputs
+        others = {
+            name: entry for name, entry in checkpoint.step_info.items() if name not in outputs
+        }
         try:
             slim = dataclasses.replace(
-                checkpoint, outputs={}, step_index=0, step_info=progress_info, new_outputs=()
+                checkpoint, outputs={}, step_index=0, step_info=others, new_outputs=()
             )
             data = slim.to_dict()
             for key in _DERIVED:
@@ -314,11 +318,11 @@ class SqlCheckpoints:
     def _value(self, checkpoint: WorkflowCheckpoint, name: str) -> str:
         """One output and its step info as JSON: ``[output, info or null]``."""
         info = checkpoint.step_info.get(name)
-        packed = (
-            None
-            if info is None
-            else {"version": info["version"], "depends_on": list(info["depends_on"])}
-        )
+        packed = None
+        if info is not None:
+            packed = {"version": info["version"], "depends_on": list(info["depends_on"])}
+            if "kind" in info:
+                packed["kind"] = info["kind"]
         try:
             text = dumps([checkpoint.outputs[name], packed])
             text.encode("utf-8")
