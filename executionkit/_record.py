@@ -14,7 +14,6 @@ changed since the last checkpoint was handed over.
 from __future__ import annotations
 
 import time
-from collections import ChainMap
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +22,7 @@ from executionkit._errors import BudgetExceeded, WorkflowFailed
 from executionkit._plain import plain_copy
 from executionkit._result import WorkflowResult
 from executionkit._resume import Restored, restore
-from executionkit._snapshot import OutputLog
+from executionkit._snapshot import Joined, OutputLog
 from executionkit._types import PatternResult, TokenUsage
 
 if TYPE_CHECKING:
@@ -289,8 +288,7 @@ class Record:
         described = fields.get("step_info")
         if described is None:
             described = self.log.info(fields["step_index"], self.graph.step_info)
-        # Outputs first, then skips, when iterated (ChainMap iterates its last map first).
-        fields["step_info"] = MappingProxyType(ChainMap(skipped_info, described))
+        fields["step_info"] = MappingProxyType(Joined(described, skipped_info))
 
     def _error_texts(self) -> Mapping[str, str]:
         names = self.graph.names
@@ -342,7 +340,8 @@ class Record:
         skipped = self.skipped
         if not skipped:
             return EMPTY
-        return MappingProxyType({name: skipped[name] for name in self.graph.names if name in skipped})
+        names = self.graph.names
+        return MappingProxyType({name: skipped[name] for name in names if name in skipped})
 
 
 def _new_run_id() -> str:

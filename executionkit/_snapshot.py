@@ -55,6 +55,44 @@ class OutputLog:
         return MappingProxyType(PrefixView(self, length, step_info))
 
 
+class Joined(Mapping[str, Any]):
+    """Two mappings with no key in common, read as one: ``first``'s entries, then ``second``'s.
+
+    O(1) to build: a checkpoint's ``step_info`` joins its outputs' (a view of
+    the log) and its skipped steps' (few, and shared until the next skip).
+    """
+
+    __slots__ = ("_first", "_second")
+
+    def __init__(self, first: Mapping[str, Any], second: Mapping[str, Any]) -> None:
+        """Join ``first`` and ``second``, whose keys must not overlap."""
+        self._first = first
+        self._second = second
+
+    def __getitem__(self, key: str) -> Any:
+        """Return the value of ``key`` in either mapping."""
+        if key in self._first:
+            return self._first[key]
+        return self._second[key]
+
+    def __contains__(self, key: object) -> bool:
+        """Return whether either mapping has ``key``."""
+        return key in self._first or key in self._second
+
+    def __iter__(self) -> Iterator[str]:
+        """Yield ``first``'s keys, then ``second``'s."""
+        yield from self._first
+        yield from self._second
+
+    def __len__(self) -> int:
+        """Return the number of entries of both."""
+        return len(self._first) + len(self._second)
+
+    def __repr__(self) -> str:
+        """Show the entries, like a dict."""
+        return repr(dict(self.items()))
+
+
 class PrefixView(Mapping[str, Any]):
     """A read-only mapping over the first ``length`` entries of an `OutputLog`.
 

@@ -148,17 +148,8 @@ class ConsoleProgress:
                 self._cost += event.cost
                 text = f"{_PREFIX}: {event.step} finished in {took}"
                 line = _Line(text, status=True, notable=False)
-            case StepSkipped():
-                self._done.add(event.step)
-                self._skipped.add(event.step)
-                text = f"{_PREFIX}: {event.step} skipped: {event.reason}"
-                line = _Line(text, status=True, notable=False)
-            case StepFailed():
-                took = self._step_ended(event.step, now, event.duration)
-                self._failed.add(event.step)
-                error = _error_text(event.error)
-                text = f"{_PREFIX}: {event.step} failed after {took}: {error}"
-                line = _Line(text, status=True)
+            case StepSkipped() | StepFailed():
+                line = self._step_not_done(event, now)
             case RunFinished():
                 self._running.clear()
                 self._cost = event.cost
@@ -171,6 +162,18 @@ class ConsoleProgress:
                 text = f"{_PREFIX}: run {self._run_id} {ending}"
                 line = _Line(text, status=True, final=True)
         return line  # CheckpointTaken and any later kinds: the status only
+
+    def _step_not_done(self, event: StepSkipped | StepFailed, now: float) -> _Line:
+        """A step that ended without an output: skipped by a condition, or failed."""
+        if isinstance(event, StepSkipped):
+            self._done.add(event.step)
+            self._skipped.add(event.step)
+            text = f"{_PREFIX}: {event.step} skipped: {event.reason}"
+            return _Line(text, status=True, notable=False)
+        took = self._step_ended(event.step, now, event.duration)
+        self._failed.add(event.step)
+        error = _error_text(event.error)
+        return _Line(f"{_PREFIX}: {event.step} failed after {took}: {error}", status=True)
 
     def _started_run(self, event: RunStarted) -> str:
         self._total = event.steps

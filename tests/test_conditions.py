@@ -358,9 +358,7 @@ async def test_a_skip_decided_mid_batch_is_in_a_progress_checkpoint() -> None:
         saved.append(checkpoint)
         release.set()
 
-    workflow = Workflow(
-        [Step("long", long), Step("maybe", lambda ctx: 1, when=lambda ctx: False)]
-    )
+    workflow = Workflow([Step("long", long), Step("maybe", lambda ctx: 1, when=lambda ctx: False)])
     await workflow.run(checkpoint_fn=save)
     first = saved[0]
     assert dict(first.progress) == {"long": {"page": 1}}
@@ -395,11 +393,15 @@ async def test_console_progress_shows_skipped_steps() -> None:
     assert stream.getvalue().splitlines() == [
         "executionkit: run r started: 5 steps",
         "executionkit: classify finished in 1.0s; 1/5 done, 2.0s, 110 tokens in 1 call",
-        "executionkit: summarize skipped: condition is_long returned False; "
-        "2/5 done (1 skipped), 3.0s, 110 tokens in 1 call",
+        (
+            "executionkit: summarize skipped: condition is_long returned False; "
+            "2/5 done (1 skipped), 3.0s, 110 tokens in 1 call"
+        ),
         "executionkit: answer finished in 1.0s; 3/5 done (1 skipped), 5.0s, 220 tokens in 2 calls",
-        "executionkit: polish skipped: dependency 'summarize' was skipped; "
-        "4/5 done (2 skipped), 6.0s, 220 tokens in 2 calls",
+        (
+            "executionkit: polish skipped: dependency 'summarize' was skipped; "
+            "4/5 done (2 skipped), 6.0s, 220 tokens in 2 calls"
+        ),
         "executionkit: report finished in 1.0s; 5/5 done (2 skipped), 8.0s, 330 tokens in 3 calls",
         "executionkit: run r finished; 5/5 done (2 skipped), 9.0s, 330 tokens in 3 calls",
     ]
@@ -674,9 +676,7 @@ async def test_a_cancelled_run_keeps_the_skips_decided_before() -> None:
         return "never"  # pragma: no cover
 
     saved: list[WorkflowCheckpoint] = []
-    workflow = Workflow(
-        [Step("slow", slow), Step("maybe", lambda ctx: 1, when=lambda ctx: False)]
-    )
+    workflow = Workflow([Step("slow", slow), Step("maybe", lambda ctx: 1, when=lambda ctx: False)])
     task = asyncio.create_task(workflow.run(checkpoint_fn=saved.append))
     await started.wait()
     task.cancel()
@@ -702,3 +702,35 @@ async def test_a_budget_counts_nothing_for_skips() -> None:
     branches = Branches()
     result = await branches.workflow().run({"doc": "short"}, budget=TokenUsage(llm_calls=3))
     assert result.cost.llm_calls == 3
+
+
+@pytest.mark.parametrize("kind", ["json", "jsonl", "sqlite"])
+async def test_every_store_keeps_the_skips_and_resuming_from_it_decides_nothing(
+    kind: str, tmp_path: Any
+) -> None:
+    from executionkit.stores import JsonFileStore, JsonLinesStore, SQLiteStore  # noqa: PLC0415
+
+    stores = {
+        "json": lambda: JsonFileStore(tmp_path / "run.json"),
+        "jsonl": lambda: JsonLinesStore(tmp_path / "run.jsonl"),
+        "sqlite": lambda: SQLiteStore(tmp_path / "run.db", history=True),
+    }
+    store = stores[kind]()
+    branches = Branches(fail_report=True)
+    with pytest.raises(WorkflowFailed):
+        await branches.workflow().run(
+            {"doc": "short"}, checkpoint_fn=store, checkpoint_every="step", run_id="r"
+        )
+    loaded = store.load("r") if isinstance(store, SQLiteStore) else store.load()
+    assert loaded is not None
+    assert dict(loaded.skipped) == {
+        "summarize": "condition is_long returned False",
+        "polish": "dependency 'summarize' was skipped",
+    }
+    branches.fail_report = False
+    result = await branches.workflow().run({"doc": "short"}, resume_from=loaded)
+    assert result.executed == ("report",)
+    assert branches.calls["is_long?"] == branches.calls["is_short?"] == 1
+    if isinstance(store, SQLiteStore):
+        for checkpoint in store.history("r"):
+            assert set(checkpoint.step_info) == {*checkpoint.outputs, *checkpoint.skipped}

@@ -344,7 +344,7 @@ def test_drawn_dags(dag: Dag, eager: bool) -> None:
 def test_the_generator_covers_the_interesting_shapes() -> None:
     """Guard the test data: skips of every kind, joins that run after a skip, conditions."""
     generated = [random_dag(random.Random(seed)) for seed in SEEDS]
-    reasons = Counter()
+    reasons: Counter[str] = Counter()
     joined_after_a_skip = 0
     for dag in generated:
         skipped, _ = dag.outcome()
