@@ -22,7 +22,7 @@ class ContextView(Mapping[str, Any]):
     dependency, or iterates the mapping.
     """
 
-    __slots__ = ("_ancestors", "_graph", "_initial", "_outputs", "_position")
+    __slots__ = ("_ancestors", "_graph", "_initial", "_length", "_outputs", "_position")
 
     def __init__(
         self,
@@ -37,6 +37,7 @@ class ContextView(Mapping[str, Any]):
         self._initial = initial
         self._outputs = outputs
         self._ancestors: set[int] | None = None
+        self._length: int | None = None
 
     @property
     def _step_name(self) -> str:
@@ -86,9 +87,12 @@ class ContextView(Mapping[str, Any]):
 
     def __len__(self) -> int:
         """Return the number of readable keys."""
-        names = self._graph.names
-        outputs = self._outputs
-        return len(self._initial) + sum(1 for p in self._ancestor_set() if names[p] in outputs)
+        if self._length is None:
+            # Counted once: every ancestor is recorded (or skipped) before the step starts.
+            names = self._graph.names
+            outputs = self._outputs
+            self._length = sum(1 for p in self._ancestor_set() if names[p] in outputs)
+        return len(self._initial) + self._length
 
     def __setitem__(self, key: str, value: object) -> None:
         """Refuse: ``ctx`` is read-only."""
