@@ -710,12 +710,13 @@ async def test_every_store_keeps_the_skips_and_resuming_from_it_decides_nothing(
 ) -> None:
     from executionkit.stores import JsonFileStore, JsonLinesStore, SQLiteStore  # noqa: PLC0415
 
-    stores = {
-        "json": lambda: JsonFileStore(tmp_path / "run.json"),
-        "jsonl": lambda: JsonLinesStore(tmp_path / "run.jsonl"),
-        "sqlite": lambda: SQLiteStore(tmp_path / "run.db", history=True),
-    }
-    store = stores[kind]()
+    store: JsonFileStore | JsonLinesStore | SQLiteStore
+    if kind == "json":
+        store = JsonFileStore(tmp_path / "run.json")
+    elif kind == "jsonl":
+        store = JsonLinesStore(tmp_path / "run.jsonl")
+    else:
+        store = SQLiteStore(tmp_path / "run.db", history=True)
     branches = Branches(fail_report=True)
     with pytest.raises(WorkflowFailed):
         await branches.workflow().run(
