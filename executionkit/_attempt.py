@@ -12,17 +12,19 @@ import asyncio
 import contextvars
 import inspect
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from executionkit._aio import wait_through
 from executionkit._context import ContextView
-from executionkit._step import retry_wait
+from executionkit._map import ItemLanding, MapDone, Unfinished, drive
+from executionkit._step import MapStep, retry_wait
 from executionkit._step_context import CURRENT_STEP, StepContext
-from executionkit.events import StepRetried, StepStarted
+from executionkit.events import ItemStarted, StepRetried, StepStarted
 
 if TYPE_CHECKING:
-    from collections.abc import Coroutine, Generator
+    from collections.abc import Callable, Coroutine, Generator
     from concurrent.futures import Executor
 
     from executionkit._announcer import Announcer
@@ -36,14 +38,14 @@ def _call_as(current: StepContext, run: Any, view: ContextView) -> Any:
     return run(view)
 
 
-async def _with_timeout(awaitable: Any, name: str, attempt: int, seconds: float) -> Any:
+async def _with_timeout(awaitable: Any, what: str, attempt: int, seconds: float) -> Any:
     try:
         async with asyncio.timeout(seconds) as scope:
             return await awaitable
     except TimeoutError:
         if not scope.expired():
             raise  # the step's own TimeoutError, not ours
-        msg = f"step {name!r} attempt {attempt} timed out after {seconds:g} s"
+        msg = f"{what} attempt {attempt} timed out after {seconds:g} s"
         raise TimeoutError(msg) from None
 
 
@@ -105,7 +107,7 @@ class InContext:
                 error = exc
 
 
-class Landing(Protocol):
+class Landing(ItemLanding, Protocol):
     """What a run is told about each step: how it ended, and that it is over."""
 
     cancelling: bool
@@ -116,6 +118,8 @@ class Landing(Protocol):
     def landed_error(self, position: int, error: Exception) -> None: ...
 
     def landed_interrupt(self, error: BaseException) -> None: ...
+
+    def landed_unfinished(self, position: int) -> None: ...
 
     def finished(self, position: int) -> None: ...
 
@@ -159,7 +163,7 @@ class Attempts:
         self._caller_context = caller_context
         self._landing = landing
 
-    async def task(self, position: int, returned: Any = None) -> None:
+    async def task(self, position: int, returned: Any = None) -> None:  # noqa: C901, PLR0912
         """The body of a step's task (or of a lone step): run it, then land how it ended.
 
         ``returned``, when given, is the awaitable a plain step returned when it
@@ -169,10 +173,14 @@ class Attempts:
         step = self._graph.steps[position]
         view = ContextView(self._graph, position, self._context, self._outputs)
         try:
-            if returned is not None:
+            if position in self._graph.maps:
+                result = await self._map(position, step, view)
+            elif returned is not None:
                 result = await returned
             elif step.retries or step.timeout is not None:
-                result = await self._attempts(position, step, view)
+                result = await self._attempts(
+                    step, partial(self._call, position, step, view), StepContext, ()
+                )
             else:
                 # The common case, kept lean (no coroutine of its own): one attempt,
                 # nothing to time.
@@ -194,7 +202,10 @@ class Attempts:
                 landing.landed_interrupt(asyncio.CancelledError(f"step {name!r} was cancelled"))
             raise
         except Exception as exc:  # noqa: BLE001 - a step's failure is data here
-            landing.landed_error(position, exc)
+            if isinstance(exc, Unfinished):
+                landing.landed_unfinished(position)
+            else:
+                landing.landed_error(position, exc)
         except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt, SystemExit, ...
             # Raised inside a task they would tear through the event loop before the
             # completed outputs could be checkpointed; carried out as an interrupt instead.
@@ -244,20 +255,58 @@ class Attempts:
             work = loop.run_in_executor(executor, step.run, dict(view))
         return _finish_elsewhere(work)
 
-    async def _attempts(self, position: int, step: Step, view: ContextView) -> Any:
-        """The general case: a timeout per attempt, and retries with backoff."""
+    async def _map(self, position: int, step: Step, view: ContextView) -> MapDone:
+        """Run the items of the map step at ``position`` (see `executionkit._map.drive`)."""
+        assert isinstance(step, MapStep)  # noqa: S101 - Graph.maps holds only those
+        item = partial(self._item, position, step, view)
+        return await drive(position, step, view, item, self._landing)
+
+    def _call_item(self, position: int, step: Step, view: ContextView, item: Any) -> Any:
+        """Call a map's function on one item; a plain one goes to the run's executor."""
+        executor = self._executor
+        run: Any = step.run
+        if executor is None or position not in self._graph.plain_items:
+            return run(item, view)
+        loop = asyncio.get_running_loop()
+        if isinstance(executor, ThreadPoolExecutor):
+            context = contextvars.copy_context()
+            work = loop.run_in_executor(executor, context.run, run, item, view)
+        else:
+            work = loop.run_in_executor(executor, partial(run, item, dict(view)))
+        return _finish_elsewhere(work)
+
+    async def _item(
+        self, position: int, step: Step, view: ContextView, key: str, item: Any
+    ) -> Any:
+        """Run one item of a map: its attempts, each with its `StepContext`."""
+        return await self._attempts(
+            step, partial(self._call_item, position, step, view, item), StepContext, (key,)
+        )
+
+    async def _attempts(
+        self,
+        step: Step,
+        call: Callable[[], Any],
+        make: Callable[..., StepContext],
+        item: tuple[str, ...],
+    ) -> Any:
+        """The general case: a timeout per attempt, and retries with backoff.
+
+        ``call()`` makes one attempt; ``item`` is ``(key,)`` in a map item.
+        """
         attempt = 1
+        what = f"step {step.name!r}" + (f", item {item[0]!r}," if item else "")
         while True:
             token = CURRENT_STEP.set(
-                StepContext(self._host, step.name, self._run_id, attempt, step.retries + 1)
+                make(self._host, step.name, self._run_id, attempt, step.retries + 1, *item)
             )
             try:
-                result = self._call(position, step, view)
+                result = call()
                 if inspect.isawaitable(result):
                     if step.timeout is None:
                         result = await result
                     else:
-                        result = await _with_timeout(result, step.name, attempt, step.timeout)
+                        result = await _with_timeout(result, what, attempt, step.timeout)
             except Exception as exc:
                 if attempt > step.retries or not isinstance(exc, step.retry_on):
                     raise
@@ -273,4 +322,8 @@ class Attempts:
             await asyncio.sleep(delay)
             attempt += 1
             if announcer.observed:
-                announcer.emit(StepStarted(self._run_id, step.name, attempt))
+                announcer.emit(
+                    ItemStarted(self._run_id, step.name, item[0], attempt)
+                    if item
+                    else StepStarted(self._run_id, step.name, attempt)
+                )

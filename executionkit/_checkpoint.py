@@ -115,6 +115,10 @@ class WorkflowCheckpoint:
             of this run, in recording order, so an append-only store can write
             only those. Not part of the dict format (``()`` after `from_dict`)
             and not compared by ``==``.
+        new_items: For each map in ``items``, the keys of the items recorded
+            since the previous checkpoint of this run, in recording order, so
+            an incremental store writes only those. Like ``new_outputs``, not
+            part of the dict format and not compared.
 
     Raises:
         CheckpointFormatError: If a field is invalid, exactly as `from_dict`
@@ -139,6 +143,7 @@ class WorkflowCheckpoint:
     pending: Mapping[str, Mapping[str, Any]] = field(default_factory=_empty_proxy)
     children: Mapping[str, Mapping[str, Any]] = field(default_factory=_empty_proxy)
     new_outputs: tuple[str, ...] = field(default=(), compare=False)
+    new_items: Mapping[str, tuple[str, ...]] = field(default_factory=_empty_proxy, compare=False)
 
     def __post_init__(self) -> None:
         """Validate every field (the one place checkpoints are checked) and freeze them."""
@@ -190,6 +195,7 @@ class WorkflowCheckpoint:
             "step_info", lambda: read_step_info(info, version, outputs, frozen_progress, others)
         )
         guard("new_outputs", lambda: read_new_outputs(new, outputs))
+        new_items = guard("new_items", lambda: _read_new_items(self.new_items, items))
         freeze = object.__setattr__
         freeze(self, "version", version)
         freeze(self, "outputs", MappingProxyType(outputs))
@@ -202,6 +208,7 @@ class WorkflowCheckpoint:
         freeze(self, "items", items)
         freeze(self, "pending", pending)
         freeze(self, "children", children)
+        freeze(self, "new_items", new_items)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the checkpoint as a plain dict.
@@ -305,6 +312,19 @@ def _read_checkpoint(cls: type[WorkflowCheckpoint], data: object) -> WorkflowChe
 
 
 _LATER_FIELDS = ("skipped", "items", "pending", "children")
+
+
+def _read_new_items(
+    value: object, items: Mapping[str, Mapping[str, Any]]
+) -> MappingProxyType[str, tuple[str, ...]]:
+    found = read_dict(value, "new_items")
+    for name, keys in found.items():
+        held = items[name]["outputs"] if name in items else {}
+        if not isinstance(keys, tuple) or not all(
+            isinstance(key, str) and key in held for key in keys
+        ):
+            fail(f"new_items.{name}", "a tuple of keys of items recorded for that map", keys)
+    return MappingProxyType(found)
 
 
 def _usage_dict(usage: TokenUsage) -> dict[str, int]:
@@ -497,6 +517,7 @@ def _install_deferred_fields() -> None:
         _Deferred("pending", _empty),
         _Deferred("children", _empty),
         _Deferred("new_outputs", _new_outputs, ()),
+        _Deferred("new_items", _empty),
     ):
         setattr(WorkflowCheckpoint, descriptor.name, descriptor)
 

@@ -224,7 +224,18 @@ class Checkpointer:
                 f"(in the step itself), not from a worker thread"
             )
             raise RuntimeError(msg) from None
-        target = self._record.save_progress(name, value)
+        return self.save_soon(loop, self._record.save_progress(name, value))
+
+    def save_soon(
+        self, loop: asyncio.AbstractEventLoop, target: int | None = None
+    ) -> asyncio.Future[None]:
+        """Have the record checkpointed up to change ``target`` (default: now), soon.
+
+        Returns a future that resolves once it is. Changes made while a
+        checkpoint is being written are folded into the next one.
+        """
+        if target is None:
+            target = self._record.changes
         future: asyncio.Future[None] = loop.create_future()
         future.add_done_callback(_retrieve)
         if self._fn is None:

@@ -8,11 +8,12 @@ can be tested with tables. The runner only asks "what may start now?" and says
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from executionkit._errors import WorkflowDefinitionError, did_you_mean
-from executionkit._step import Step, is_async_callable
+from executionkit._step import MapStep, Step, is_async_callable
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -34,15 +35,17 @@ class Graph:
         "inline",
         "inputs",
         "levels",
+        "maps",
         "names",
         "plain",
+        "plain_items",
         "step_info",
         "steps",
     )
 
     def __init__(self, steps: Iterable[Step], inputs: object = ()) -> None:
         """Index ``steps`` and validate the graph they form, and the declared ``inputs``."""
-        self.steps: tuple[Step, ...] = _as_steps(steps)
+        self.steps: tuple[Step, ...] = _with_over_dependencies(_as_steps(steps))
         self.names: tuple[str, ...] = tuple(step.name for step in self.steps)
         self.index: dict[str, int] = {}
         for position, name in enumerate(self.names):
@@ -61,17 +64,24 @@ class Graph:
         self.dependents: tuple[tuple[int, ...], ...] = tuple(map(tuple, dependents))
         # The batches of a fresh run where every step completes, each in declaration order.
         self.levels: tuple[tuple[int, ...], ...] = self._levels()
+        # Map steps: their run is called once per item, by the map's own driver.
+        self.maps = frozenset(p for p, step in enumerate(self.steps) if isinstance(step, MapStep))
+        # Maps whose function is plain: with an executor, their items run there.
+        self.plain_items = frozenset(
+            p for p in self.maps if not is_async_callable(self.steps[p].run)
+        )
         # Plain-function steps; those without retries run inline, without a task.
         self.plain = frozenset(
-            position for position, step in enumerate(self.steps) if not is_async_callable(step.run)
+            position
+            for position, step in enumerate(self.steps)
+            if not is_async_callable(step.run) and position not in self.maps
         )
         self.inline = frozenset(p for p in self.plain if self.steps[p].retries == 0)
         # Steps whose outputs are recorded through Step.encode.
         self.encoded = frozenset(p for p, step in enumerate(self.steps) if step.encode is not None)
         # What checkpoints record about each step, built once and shared by all of them.
         self.step_info: dict[str, Mapping[str, Any]] = {
-            step.name: MappingProxyType({"version": step.version, "depends_on": step.depends_on})
-            for step in self.steps
+            step.name: MappingProxyType(_info(step)) for step in self.steps
         }
         # Steps with a `when` condition, and everything downstream of one: those a
         # condition may skip, whose skipping must be decided before they start.
@@ -185,6 +195,33 @@ class Graph:
                     found.add(child)
                     stack.append(child)
         return frozenset(found)
+
+
+def kind_of(step: Step) -> str:
+    """What a step is, as ``step_info`` records it: ``"step"`` or ``"map"``."""
+    return "map" if isinstance(step, MapStep) else "step"
+
+
+def _info(step: Step) -> dict[str, Any]:
+    info: dict[str, Any] = {"version": step.version, "depends_on": step.depends_on}
+    kind = kind_of(step)
+    if kind != "step":
+        info["kind"] = kind
+    return info
+
+
+def _with_over_dependencies(steps: tuple[Step, ...]) -> tuple[Step, ...]:
+    """Each map step depends on the step its ``over`` names, if it names one."""
+    names = {step.name for step in steps}
+    return tuple(
+        replace(step, depends_on=(*step.depends_on, step.over))
+        if isinstance(step, MapStep)
+        and step.over in names
+        and step.over not in step.depends_on
+        and step.over != step.name
+        else step
+        for step in steps
+    )
 
 
 def _as_steps(steps: Iterable[Step]) -> tuple[Step, ...]:

@@ -22,13 +22,14 @@ from executionkit._errors import BudgetExceeded, WorkflowFailed
 from executionkit._plain import plain_copy
 from executionkit._result import WorkflowResult
 from executionkit._resume import Restored, restore
-from executionkit._snapshot import Joined, OutputLog
+from executionkit._snapshot import Extended, OutputLog
 from executionkit._types import PatternResult, TokenUsage
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from executionkit._graph import Graph
+    from executionkit._map import MapDone
     from executionkit._options import RunOptions
 
 EMPTY: MappingProxyType[str, Any] = MappingProxyType({})
@@ -61,7 +62,7 @@ class Record:
         context = options.context
         if options.resume_from is None:
             state = Restored(
-                {}, {}, {}, TokenUsage(), 0, options.run_id, options.metadata or EMPTY
+                {}, {}, {}, TokenUsage(), 0, options.run_id, options.metadata or EMPTY, {}
             )
         else:
             state = restore(
@@ -105,6 +106,12 @@ class Record:
         )
         self._snapshot_length = len(self.log)
         self._reported: set[str] = set()
+        # The finished items of each map that has not finished, restored ones first.
+        self.items: dict[str, MapItems] = {
+            name: MapItems(stored, live, cost)
+            for name, (stored, live, cost) in state.items.items()
+        }
+        self._maps = graph.maps
 
     # --- what lands -----------------------------------------------------------------------
 
@@ -115,6 +122,9 @@ class Record:
         ``validate_json`` refused it): the step is then recorded as failed, though
         its cost counts, since it was spent.
         """
+        if position in self._maps:
+            self._land_map(position, result)
+            return _ZERO
         cost = _ZERO
         if isinstance(result, PatternResult):
             cost = result.cost
@@ -134,6 +144,59 @@ class Record:
         self.changes += 1
         return cost
 
+    def land_item(
+        self, position: int, key: str, result: Any
+    ) -> tuple[TokenUsage, Exception | None]:
+        """Record the output an item of a map returned; return its cost, and why not if not.
+
+        An item whose output cannot be recorded (its ``encode`` raised, or
+        ``validate_json`` refused it) is not recorded, though its cost counts.
+        """
+        name = self.graph.names[position]
+        entry = self.items.get(name)
+        if entry is None:
+            entry = self.items[name] = MapItems({}, {}, _ZERO)
+        cost = _ZERO
+        if isinstance(result, PatternResult):
+            cost = result.cost
+            self.cost += cost
+            entry.cost += cost
+            result = result.value
+        stored = result
+        if self._validate_json or position in self._encoded:
+            try:
+                stored = self._storable(position, result, key)
+            except Exception as exc:  # noqa: BLE001 - an unrecordable output fails its item
+                self.changes += 1
+                return cost, exc
+        entry.log.append(key, stored)
+        entry.live[key] = result
+        self.changes += 1
+        return cost, None
+
+    def _land_map(self, position: int, done: MapDone) -> None:
+        """Every item of a map is recorded: its output, in item order, lands."""
+        name = self.graph.names[position]
+        entry = self.items.pop(name, None)
+        live: Any
+        stored: Any
+        if entry is None:  # no items at all
+            live, stored = ({}, {}) if done.mapping else ([], [])
+        elif done.mapping:
+            values = entry.log.values
+            index = entry.log.index
+            live = {key: entry.live[key] for key in done.keys}
+            stored = {key: values[index[key]] for key in done.keys}
+        else:
+            values = entry.log.values
+            index = entry.log.index
+            live = [entry.live[key] for key in done.keys]
+            stored = [values[index[key]] for key in done.keys]
+        self.landed[position] = (live, stored)
+        if self.progress:
+            self.progress.pop(name, None)
+        self.changes += 1
+
     def fail(self, position: int, error: Exception) -> None:
         """Record that the step at ``position`` failed with ``error``."""
         self.failures[position] = error
@@ -151,20 +214,21 @@ class Record:
         self.changes += 1
         return self.changes
 
-    def _storable(self, position: int, output: Any) -> Any:
+    def _storable(self, position: int, output: Any, key: str | None = None) -> Any:
         """The form of ``output`` that goes into checkpoints, checked if asked to."""
         step = self.graph.steps[position]
+        what = f"step {step.name!r}" if key is None else f"step {step.name!r}, item {key!r}"
         stored = output
         if step.encode is not None:
             try:
                 stored = step.encode(output)
             except Exception as exc:
-                exc.add_note(f"executionkit: encode of step {step.name!r} failed")
+                exc.add_note(f"executionkit: encode of {what} failed")
                 raise
         if self._validate_json:
             # The checked copy is what gets recorded: later changes to the live object
             # (a dependent step mutating its ctx value) cannot reach a checkpoint.
-            stored = plain_copy(stored, f"output of step {step.name!r}")
+            stored = plain_copy(stored, f"output of {what}")
         return stored
 
     def merge(self) -> list[int]:
@@ -228,6 +292,8 @@ class Record:
             fields["errors"] = self._error_texts()
         if self.landed or self.progress or self._reported:
             self._describe_exactly(fields, since)
+        if self.items:
+            self._describe_items(fields, length)
         if self.skipped or self.skips:
             self._describe_skips(fields)
         checkpoint = trusted_checkpoint(fields)
@@ -288,7 +354,27 @@ class Record:
         described = fields.get("step_info")
         if described is None:
             described = self.log.info(fields["step_index"], self.graph.step_info)
-        fields["step_info"] = MappingProxyType(Joined(described, skipped_info))
+        fields["step_info"] = MappingProxyType(Extended(described, skipped_info))
+
+    def _describe_items(self, fields: dict[str, Any], length: int) -> None:
+        """Add the finished items of unfinished maps, and their step info."""
+        info = self.graph.step_info
+        items: dict[str, Any] = {}
+        new: dict[str, tuple[str, ...]] = {}
+        for name, entry in self.items.items():
+            log = entry.log
+            end = len(log)
+            items[name] = MappingProxyType({"outputs": log.outputs(end), "cost": entry.cost})
+            if entry.since < end:
+                new[name] = log.names_between(entry.since, end)
+                entry.since = end
+        fields["items"] = MappingProxyType(items)
+        fields["new_items"] = MappingProxyType(new)
+        described = fields.get("step_info")
+        if described is None:
+            described = self.log.info(length, info)
+        extra = {name: info[name] for name in items if name not in described}
+        fields["step_info"] = MappingProxyType(Extended(described, extra))
 
     def _error_texts(self) -> Mapping[str, str]:
         names = self.graph.names
@@ -342,6 +428,19 @@ class Record:
             return EMPTY
         names = self.graph.names
         return MappingProxyType({name: skipped[name] for name in names if name in skipped})
+
+
+class MapItems:
+    """The finished items of one map that has not finished, in recording order."""
+
+    __slots__ = ("cost", "live", "log", "since")
+
+    def __init__(self, stored: Mapping[str, Any], live: dict[str, Any], cost: TokenUsage) -> None:
+        """Start from the items restored from a checkpoint (or none)."""
+        self.log = OutputLog(stored)
+        self.live = live
+        self.cost = cost
+        self.since = len(self.log)
 
 
 def _new_run_id() -> str:

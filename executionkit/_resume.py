@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from executionkit._checkpoint import LEGACY_VERSION
 from executionkit._errors import CheckpointMismatchError
+from executionkit._graph import kind_of
 from executionkit._options import names_text
 from executionkit._types import TokenUsage
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from executionkit._checkpoint import WorkflowCheckpoint
     from executionkit._graph import Graph
     from executionkit._options import UnknownSteps
+    from executionkit._step import Step
 
 
 @dataclass
@@ -33,6 +35,8 @@ class Restored:
     seq: int
     run_id: str | None
     metadata: Mapping[str, Any]
+    # Map step -> (stored item outputs, live item outputs, their usage).
+    items: dict[str, tuple[dict[str, Any], dict[str, Any], TokenUsage]]
     invalidated: dict[str, str] = field(default_factory=dict)
     discarded: tuple[str, ...] = ()
     skipped: dict[str, str] = field(default_factory=dict)
@@ -56,6 +60,7 @@ def restore(
     """
     index = graph.index
     unknown = [name for name in checkpoint.outputs if name not in index]
+    unknown += [name for name in checkpoint.items if name not in index]
     recorded_skips = checkpoint.skipped
     unknown_skips = [name for name in recorded_skips if name not in index]
     discarded: tuple[str, ...] = ()
@@ -107,7 +112,9 @@ def restore(
         else:
             skipped[name] = recorded_skips[name]
     progress = _kept_progress(graph, checkpoint, {*stored, *skipped}, rerun, invalidated)
+    items = _kept_items(graph, checkpoint, {*stored, *skipped}, rerun, invalidated)
     return Restored(
+        items=items,
         outputs=_decoded(graph, stored),
         stored=stored,
         progress=progress,
@@ -163,6 +170,9 @@ def _distrust(
     lacking = [dep for dep in step.depends_on if dep not in have]
     if name in rerun:
         return "rerun requested"
+    kind = kind_of(step)
+    if info is not None and info.get("kind", "step") != kind:
+        return f"kind changed from {info.get('kind', 'step')!r} to {kind!r}"
     if info is not None and info["version"] != step.version:
         return (
             f"version changed from {_describe_version(info['version'])} to "
@@ -206,10 +216,75 @@ def _kept_progress(
     return kept
 
 
+def _kept_items(
+    graph: Graph,
+    checkpoint: WorkflowCheckpoint,
+    trusted: set[str],
+    rerun: frozenset[str],
+    invalidated: dict[str, str],
+) -> dict[str, tuple[dict[str, Any], dict[str, Any], TokenUsage]]:
+    """The finished items of unfinished maps that still fit the map; the rest are dropped."""
+    kept: dict[str, tuple[dict[str, Any], dict[str, Any], TokenUsage]] = {}
+    for name, entry in checkpoint.items.items():
+        position = graph.index.get(name)
+        if position is None:
+            continue  # unknown_steps="discard" dropped it
+        step = graph.steps[position]
+        stale = [d for d in step.depends_on if d in invalidated]
+        reason = (
+            f"depends on invalidated step {stale[0]!r}"
+            if stale
+            else _distrust(graph, checkpoint, name, trusted, rerun)
+        )
+        if reason is None and position not in graph.maps:
+            reason = "it is not a map step any more"
+        if reason is not None:
+            invalidated[name] = f"recorded items dropped: {reason}"
+            continue
+        stored = dict(entry["outputs"])
+        live = {
+            key: _decode(step, f"{name!r}, item {key!r}", name, v) for key, v in stored.items()
+        }
+        kept[name] = (stored, live, entry["cost"])
+    return kept
+
+
+def _decode(step: Step, what: str, name: str, value: Any) -> Any:
+    decode = step.decode
+    if decode is None:
+        return value
+    try:
+        return decode(value)
+    except Exception as exc:
+        msg = (
+            f"step {what}: decode failed on the recorded output "
+            f"({type(exc).__name__}: {exc}); fix decode, or pass rerun=[{name!r}]"
+        )
+        raise CheckpointMismatchError(msg) from exc
+
+
 def _decoded(graph: Graph, stored: dict[str, Any]) -> dict[str, Any]:
     outputs: dict[str, Any] = {}
     for name, value in stored.items():
-        decode = graph.steps[graph.index[name]].decode
+        position = graph.index[name]
+        step = graph.steps[position]
+        if position in graph.maps and step.decode is not None:
+            if isinstance(value, list):
+                outputs[name] = [
+                    _decode(step, f"{name!r}, item '{i}'", name, v) for i, v in enumerate(value)
+                ]
+            elif isinstance(value, dict):
+                outputs[name] = {
+                    k: _decode(step, f"{name!r}, item {k!r}", name, v) for k, v in value.items()
+                }
+            else:
+                msg = (
+                    f"step {name!r}: the recorded output of a map must be a list or a dict, "
+                    f"got {type(value).__name__}; pass rerun=[{name!r}]"
+                )
+                raise CheckpointMismatchError(msg)
+            continue
+        decode = step.decode
         if decode is None:
             outputs[name] = value
             continue

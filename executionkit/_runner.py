@@ -29,6 +29,10 @@ from executionkit._checkpointer import Checkpointer
 from executionkit._conditions import Conditions
 from executionkit._record import Record
 from executionkit.events import (
+    ItemFailed,
+    ItemFinished,
+    ItemStarted,
+    MapStarted,
     RunFailed,
     RunFinished,
     StepFailed,
@@ -38,7 +42,7 @@ from executionkit.events import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Collection
 
     from executionkit._graph import Graph
     from executionkit._options import RunOptions
@@ -73,7 +77,10 @@ class Run:
             landing=self,
         )
         self._run_id = record.run_id
-        self._on_error = options.on_error
+        self._on_error = self.on_error = options.on_error
+        self.item_limit = options.max_concurrency
+        # Whether a map stopped with items left (the budget, or the run stopping).
+        self._unfinished = False
         self._budget = options.budget
         self._resumed = options.resume_from is not None
         self._eager = options.schedule == "eager"
@@ -368,6 +375,57 @@ class Run:
         if self._on_error == "cancel":
             self._cancel_running()
 
+    # --- the items of map steps (see executionkit._map) -----------------------------------
+
+    def recorded_items(self, position: int) -> Collection[str]:
+        """The keys of the items of the map at ``position`` recorded so far."""
+        entry = self._record.items.get(self._graph.names[position])
+        return () if entry is None else entry.log.index
+
+    def map_started(self, position: int, items: int, recorded: int) -> None:
+        """The map at ``position`` found its items."""
+        if self._observed:
+            name = self._graph.names[position]
+            self._announcer.emit(MapStarted(self._run_id, name, items, recorded))
+
+    def item_started(self, position: int, key: str) -> None:
+        """An item of the map at ``position`` starts."""
+        if self._observed:
+            self._announcer.emit(ItemStarted(self._run_id, self._graph.names[position], key, 1))
+
+    def may_start_item(self) -> bool:
+        """Whether a map may start another item (the run is not stopping, nor over budget)."""
+        return self._may_start_more() and (
+            self._interrupt is None and self._checkpointer.storage_error is None
+        )
+
+    def landed_item(self, position: int, key: str, result: Any, began: float) -> Exception | None:
+        """Record an item's output and have it checkpointed; return why not if it cannot be."""
+        record = self._record
+        cost, error = record.land_item(position, key, result)
+        if error is not None:
+            self.item_failed(position, key, error, began)
+            return error
+        self._checkpointer.save_soon(asyncio.get_running_loop())
+        if self._observed:
+            name = self._graph.names[position]
+            done = len(record.items[name].log)
+            duration = time.perf_counter() - began
+            self._announcer.emit(ItemFinished(self._run_id, name, key, duration, cost, done))
+        return None
+
+    def item_failed(self, position: int, key: str, error: Exception, began: float) -> None:
+        """An item of the map at ``position`` failed (after its retries)."""
+        if self._observed:
+            name = self._graph.names[position]
+            duration = time.perf_counter() - began
+            self._announcer.emit(ItemFailed(self._run_id, name, key, duration, error))
+
+    def landed_unfinished(self, position: int) -> None:
+        """The map at ``position`` stopped with items left: the run has work left."""
+        del position
+        self._unfinished = True
+
     def landed_interrupt(self, error: BaseException) -> None:
         """A step raised an interrupt: stop every step; the run then raises it."""
         self._interrupt = self._interrupt or error
@@ -433,7 +491,7 @@ class Run:
             self._interrupt,
             self._error or error or self._checkpointer.storage_error,
             record,
-            more=self._more,
+            more=self._more or self._unfinished,
         )
         if self._observed:
             duration = time.perf_counter() - began

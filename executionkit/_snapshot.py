@@ -55,44 +55,6 @@ class OutputLog:
         return MappingProxyType(PrefixView(self, length, step_info))
 
 
-class Joined(Mapping[str, Any]):
-    """Two mappings with no key in common, read as one: ``first``'s entries, then ``second``'s.
-
-    O(1) to build: a checkpoint's ``step_info`` joins its outputs' (a view of
-    the log) and its skipped steps' (few, and shared until the next skip).
-    """
-
-    __slots__ = ("_first", "_second")
-
-    def __init__(self, first: Mapping[str, Any], second: Mapping[str, Any]) -> None:
-        """Join ``first`` and ``second``, whose keys must not overlap."""
-        self._first = first
-        self._second = second
-
-    def __getitem__(self, key: str) -> Any:
-        """Return the value of ``key`` in either mapping."""
-        if key in self._first:
-            return self._first[key]
-        return self._second[key]
-
-    def __contains__(self, key: object) -> bool:
-        """Return whether either mapping has ``key``."""
-        return key in self._first or key in self._second
-
-    def __iter__(self) -> Iterator[str]:
-        """Yield ``first``'s keys, then ``second``'s."""
-        yield from self._first
-        yield from self._second
-
-    def __len__(self) -> int:
-        """Return the number of entries of both."""
-        return len(self._first) + len(self._second)
-
-    def __repr__(self) -> str:
-        """Show the entries, like a dict."""
-        return repr(dict(self.items()))
-
-
 class PrefixView(Mapping[str, Any]):
     """A read-only mapping over the first ``length`` entries of an `OutputLog`.
 
@@ -151,6 +113,44 @@ class PrefixView(Mapping[str, Any]):
         if not isinstance(other, Mapping):
             return NotImplemented
         return {**other, **self}
+
+    def __repr__(self) -> str:
+        """Show the entries, like a dict."""
+        return repr(dict(self.items()))
+
+
+class Extended(Mapping[str, Any]):
+    """A read-only mapping of ``base`` followed by ``extra`` (whose keys ``base`` lacks).
+
+    The ``step_info`` of a checkpoint that also describes steps without an
+    output (unfinished maps): O(1) to build however many outputs ``base`` has.
+    """
+
+    __slots__ = ("_base", "_extra")
+
+    def __init__(self, base: Mapping[str, Any], extra: Mapping[str, Any]) -> None:
+        """View ``base`` then ``extra``."""
+        self._base = base
+        self._extra = extra
+
+    def __getitem__(self, key: str) -> Any:
+        """Return the entry of ``base`` or else of ``extra``."""
+        if key in self._extra:
+            return self._extra[key]
+        return self._base[key]
+
+    def __contains__(self, key: object) -> bool:
+        """Return whether either mapping has ``key``."""
+        return key in self._extra or key in self._base
+
+    def __iter__(self) -> Iterator[str]:
+        """Yield the keys of ``base``, then those of ``extra``."""
+        yield from self._base
+        yield from self._extra
+
+    def __len__(self) -> int:
+        """Return the number of entries."""
+        return len(self._base) + len(self._extra)
 
     def __repr__(self) -> str:
         """Show the entries, like a dict."""

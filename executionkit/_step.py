@@ -153,6 +153,132 @@ class Step:
         """Hash by name, callable and dependencies (metadata is not hashable)."""
         return hash((self.name, self.run, self.depends_on))
 
+    @classmethod
+    def map(
+        cls,
+        name: str,
+        run: ItemFn,
+        *,
+        over: str,
+        key: Callable[[Any], str] | None = None,
+        depends_on: Iterable[str] = (),
+        max_concurrency: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> Step:
+        """Build a step that runs ``run(item, ctx)`` once per item of a list or mapping.
+
+        The items are the value of ``over`` in ``ctx``: the output of the step
+        it names (added to ``depends_on``) or an initial-context key. A list or
+        tuple gives its items in order, keyed ``"0"``, ``"1"``, ...; a mapping
+        gives its values, keyed by its keys. The step's output is the list of
+        item outputs in item order (a dict by key for a mapping). Each item is
+        recorded in the checkpoint as soon as it completes, so resuming runs
+        only the items not recorded, matched by key.
+
+        Args:
+            name: The step's name.
+            run: Called as ``run(item, ctx)``, plain or async; returns the item's
+                output or a `PatternResult`.
+            over: The step or initial-context key holding the items.
+            key: ``key(item) -> str`` names each item; keys must be unique,
+                non-empty strings. Default: the mapping key, or the position.
+            depends_on: Other steps the map needs.
+            max_concurrency: At most this many items run at once (the run's
+                ``max_concurrency`` bounds them too).
+            metadata: As for `Step`.
+            **options: Any other `Step` keyword (``retries``, ``timeout``,
+                ``version``, ``encode``/``decode``, ...), applied to each item;
+                ``when`` and ``join`` decide whether the map runs at all.
+
+        Raises:
+            WorkflowDefinitionError: For an invalid setting, naming the step.
+        """
+        unknown = sorted(set(options) - _MAP_OPTIONS)
+        if unknown:
+            from executionkit._errors import did_you_mean  # noqa: PLC0415 - errors only
+
+            hints = "".join(did_you_mean(option, _MAP_OPTIONS) for option in unknown)
+            msg = (
+                f"step {name!r}: Step.map got unknown option(s) {', '.join(map(repr, unknown))} "
+                f"(it takes the keywords of Step){hints}"
+            )
+            raise WorkflowDefinitionError(msg)
+        return MapStep(
+            name,
+            run,  # type: ignore[arg-type]  # called with (item, ctx), see ItemFn
+            tuple(depends_on) if not isinstance(depends_on, str) else depends_on,  # type: ignore[arg-type]
+            _empty_metadata() if metadata is None else metadata,
+            over=over,
+            key=key,
+            max_concurrency=max_concurrency,
+            **options,
+        )
+
+
+ItemFn: TypeAlias = Callable[[Any, Mapping[str, Any]], Any]
+"""A map item's ``run``: takes the item and the read-only ``ctx``."""
+
+
+@dataclass(frozen=True, repr=False)
+class MapStep(Step):
+    """A step that runs its ``run`` once per item; build one with `Step.map`."""
+
+    _: KW_ONLY
+    over: str = ""
+    key: Callable[[Any], str] | None = None
+    max_concurrency: int | None = None
+
+    def __post_init__(self) -> None:
+        """Validate the map settings as well as the step's own."""
+        super().__post_init__()
+        name = self.name
+        over: object = self.over
+        if not isinstance(over, str) or not over:
+            msg = (
+                f"step {name!r}: over must name a step or an initial-context key (a non-empty "
+                f"str), got {type(over).__name__} {over!r}"
+            )
+            raise WorkflowDefinitionError(msg)
+        key: object = self.key
+        if key is not None and not callable(key):
+            msg = f"step {name!r}: key must be callable (item -> str) or None, got {key!r}"
+            raise WorkflowDefinitionError(msg)
+        limit: object = self.max_concurrency
+        if limit is not None and (type(limit) is not int or limit < 1):
+            msg = f"step {name!r}: max_concurrency must be a positive int or None, got {limit!r}"
+            raise WorkflowDefinitionError(msg)
+
+    def __repr__(self) -> str:
+        """Show what `Step` shows, and the map settings."""
+        parts = [f"over={self.over!r}"]
+        if self.key is not None:
+            parts.append(f"key={self.key!r}")
+        if self.max_concurrency is not None:
+            parts.append(f"max_concurrency={self.max_concurrency!r}")
+        return f"Step.map({super().__repr__()[5:-1]}, {', '.join(parts)})"
+
+    def __hash__(self) -> int:
+        """Hash by name, callable, dependencies and ``over``."""
+        return hash((self.name, self.run, self.depends_on, self.over))
+
+
+_MAP_OPTIONS = frozenset(
+    {
+        "retries",
+        "retry_on",
+        "retry_delay",
+        "retry_backoff",
+        "retry_max_delay",
+        "retry_jitter",
+        "timeout",
+        "version",
+        "encode",
+        "decode",
+        "when",
+        "join",
+    }
+)
 
 _SETTING_DEFAULTS = (
     ("retries", 0),

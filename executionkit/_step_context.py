@@ -29,12 +29,20 @@ class StepContext:
         run_id: The run's identifier, the same across resumes.
         attempt: 1 for the first attempt, 2 for the first retry, and so on.
         max_attempts: ``retries + 1``.
+        item_key: In an item of a `Step.map`, the item's key (``name`` is the
+            map step's); None in other steps.
     """
 
-    __slots__ = ("_host", "attempt", "max_attempts", "name", "run_id")
+    __slots__ = ("_host", "attempt", "item_key", "max_attempts", "name", "run_id")
 
-    def __init__(
-        self, host: _Host, name: str, run_id: str, attempt: int, max_attempts: int
+    def __init__(  # noqa: PLR0917 - built positionally from the runner's tuple
+        self,
+        host: _Host,
+        name: str,
+        run_id: str,
+        attempt: int,
+        max_attempts: int,
+        item_key: str | None = None,
     ) -> None:
         """Create the context of one attempt (done by the runner, not by you)."""
         self._host = host
@@ -42,18 +50,23 @@ class StepContext:
         self.run_id = run_id
         self.attempt = attempt
         self.max_attempts = max_attempts
+        self.item_key = item_key
 
     @property
     def idempotency_key(self) -> str:
         """A key that is the same for every attempt and every resume of this step in this run.
 
-        32 hex characters derived from ``run_id`` and the step name. Pass it to
-        APIs that accept idempotency keys (payments, LLM batch APIs) so a step
-        that ran again after a crash does not repeat the side effect.
+        32 hex characters derived from ``run_id`` and the step name (and, in a
+        map item, the item key, so each item has its own). Pass it to APIs that
+        accept idempotency keys (payments, LLM batch APIs) so a step that ran
+        again after a crash does not repeat the side effect.
         """
         import hashlib  # noqa: PLC0415 - only steps that ask pay for the import
 
-        return hashlib.sha256(f"{self.run_id}\0{self.name}".encode()).hexdigest()[:32]
+        identity = f"{self.run_id}\0{self.name}"
+        if self.item_key is not None:
+            identity += f"\0{self.item_key}"
+        return hashlib.sha256(identity.encode()).hexdigest()[:32]
 
     @property
     def progress(self) -> Any:
@@ -77,12 +90,19 @@ class StepContext:
             CheckpointValueError: If ``value`` is not plain data; the message
                 names the step and the path of the offending part.
         """
+        if self.item_key is not None:
+            msg = (
+                f"step {self.name!r}, item {self.item_key!r}: save_progress() is not available "
+                f"in the items of a map; each item is recorded as soon as it completes"
+            )
+            raise RuntimeError(msg)
         return self._host.save_progress(self.name, value)
 
     def __repr__(self) -> str:
-        """Show the step, run and attempt."""
+        """Show the step, run and attempt (and the item key in a map item)."""
+        item = "" if self.item_key is None else f", item_key={self.item_key!r}"
         return (
-            f"StepContext(name={self.name!r}, run_id={self.run_id!r}, "
+            f"StepContext(name={self.name!r}, run_id={self.run_id!r}{item}, "
             f"attempt={self.attempt}, max_attempts={self.max_attempts})"
         )
 

@@ -24,6 +24,10 @@ __all__ = [
     "CheckpointTaken",
     "Event",
     "EventCallback",
+    "ItemFailed",
+    "ItemFinished",
+    "ItemStarted",
+    "MapStarted",
     "RunFailed",
     "RunFinished",
     "RunStarted",
@@ -121,6 +125,72 @@ class StepStarted(Event):
 
     step: str
     attempt: int
+
+
+@dataclass(frozen=True)
+class MapStarted(Event):
+    """A map step (`Step.map`) found its items; those not recorded yet start now.
+
+    Attributes:
+        step: The map step's name.
+        items: How many items the map has.
+        recorded: How many of them were recorded already (restored on resume).
+    """
+
+    step: str
+    items: int
+    recorded: int
+
+
+@dataclass(frozen=True)
+class ItemStarted(Event):
+    """An item of a map step (`Step.map`) started (or a retry of it).
+
+    Attributes:
+        step: The map step's name.
+        item: The item's key.
+        attempt: 1 for the first attempt, 2 for the first retry, and so on.
+    """
+
+    step: str
+    item: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class ItemFinished(Event):
+    """An item of a map step completed and was recorded.
+
+    Attributes:
+        step: The map step's name.
+        item: The item's key.
+        duration: Seconds from the item's first attempt to its end.
+        cost: The item's token usage.
+        recorded: How many items of the map are recorded now, restored ones included.
+    """
+
+    step: str
+    item: str
+    duration: float
+    cost: TokenUsage
+    recorded: int
+
+
+@dataclass(frozen=True)
+class ItemFailed(Event):
+    """An item of a map step failed (after its retries); the map step will fail.
+
+    Attributes:
+        step: The map step's name.
+        item: The item's key.
+        duration: Seconds from the item's first attempt to its end.
+        error: What it raised.
+    """
+
+    step: str
+    item: str
+    duration: float
+    error: BaseException
 
 
 @dataclass(frozen=True)

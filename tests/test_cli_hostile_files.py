@@ -295,10 +295,12 @@ wrong_type = st.sampled_from(["[]", "3", '"text"', "null", "true", "-1", "{}", "
 
 _FIELDS: tuple[str, ...] = ("version", "run_id", "seq", "step_index", "created_at", "outputs")
 _FIELDS += ("cost", "context_keys", "errors", "metadata", "progress", "step_info")
+_FIELDS += ("skipped", "items", "pending", "children")
 # What wrong_type draws that is right for the field after all.
 _FINE = {("run_id", '"text"'), ("run_id", "null"), ("seq", "3"), ("created_at", "null")}
 _FINE |= {("context_keys", "[]"), ("errors", "{}"), ("metadata", "{}"), ("progress", "{}")}
-_FINE |= {("step_info", "{}")}
+_FINE |= {("step_info", "{}"), ("version", "3")}
+_FINE |= {(name, "{}") for name in ("skipped", "items", "pending", "children")}
 
 
 @st.composite

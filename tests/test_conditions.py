@@ -735,3 +735,37 @@ async def test_every_store_keeps_the_skips_and_resuming_from_it_decides_nothing(
     if isinstance(store, SQLiteStore):
         for checkpoint in store.history("r"):
             assert set(checkpoint.step_info) == {*checkpoint.outputs, *checkpoint.skipped}
+
+
+@pytest.mark.parametrize("options", SCHEDULES)
+async def test_a_map_step_can_have_a_condition(options: dict[str, Any]) -> None:
+    asked: list[str] = []
+    items: list[str] = []
+
+    def wanted(ctx: Mapping[str, Any]) -> bool:
+        asked.append("wanted")
+        return bool(ctx["mode"] == "map")
+
+    def each(item: str, ctx: Mapping[str, Any]) -> str:
+        items.append(item)
+        return item.upper()
+
+    workflow = Workflow(
+        [
+            Step("mode", lambda ctx: ctx["m"]),
+            Step("docs", lambda ctx: ["a", "b"]),
+            Step.map("each", each, over="docs", depends_on=("mode",), when=wanted),
+            Step("after", lambda ctx: ctx.get("each"), depends_on=("each", "docs"), join="any"),
+        ]
+    )
+    saved: list[WorkflowCheckpoint] = []
+    skipped = await workflow.run({"m": "plain"}, checkpoint_fn=saved.append, **options)
+    assert dict(skipped.skipped) == {"each": "condition wanted returned False"}
+    assert skipped.outputs["after"] is None
+    assert saved[-1].step_info["each"]["kind"] == "map"
+    again = await workflow.run({"m": "plain"}, resume_from=round_trip(saved[-1]), **options)
+    assert again.executed == ()
+    assert (asked, items) == (["wanted"], [])
+    ran = await workflow.run({"m": "map"}, **options)
+    assert ran.outputs["after"] == ["A", "B"]
+    assert items == ["a", "b"]
