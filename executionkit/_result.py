@@ -1,4 +1,4 @@
-"""`WorkflowResult`: what a completed run returns."""
+"""`WorkflowResult`: what a completed (or suspended) run returns."""
 
 from __future__ import annotations
 
@@ -30,6 +30,10 @@ class WorkflowResult:
             call or restored from ``resume_from``) to the reason, in declaration
             order. A skipped step has no output: it is in neither ``outputs``,
             ``executed`` nor ``restored``.
+        pending: The questions waiting for an answer (`Step.ask`): ask step name
+            to its question, in declaration order. When it is not empty the run
+            is suspended, not finished: ``outputs`` holds only what completed.
+            Resume with ``answers={name: answer}``.
     """
 
     outputs: MappingProxyType[str, Any]
@@ -40,3 +44,4 @@ class WorkflowResult:
     invalidated: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     discarded: tuple[str, ...] = ()
     skipped: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    pending: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))

@@ -769,3 +769,22 @@ async def test_a_map_step_can_have_a_condition(options: dict[str, Any]) -> None:
     ran = await workflow.run({"m": "map"}, **options)
     assert ran.outputs["after"] == ["A", "B"]
     assert items == ["a", "b"]
+
+
+async def test_a_question_after_a_skipped_step_is_never_asked() -> None:
+    workflow = Workflow(
+        [
+            Step("draft", lambda ctx: "text", when=lambda ctx: ctx["needed"]),
+            Step.ask("approve", lambda ctx: f"publish {ctx['draft']}?", depends_on=("draft",)),
+            Step("publish", lambda ctx: "done", depends_on=("approve",)),
+        ]
+    )
+    result = await workflow.run({"needed": False})
+    assert dict(result.pending) == {}
+    assert dict(result.skipped) == {
+        "draft": "condition <lambda> returned False",
+        "approve": "dependency 'draft' was skipped",
+        "publish": "dependency 'approve' was skipped",
+    }
+    asked = await workflow.run({"needed": True})
+    assert dict(asked.pending) == {"approve": "publish text?"}
