@@ -55,10 +55,15 @@ class Announcer:
         """Announce the start of a run, its invalidated steps and its restored ones."""
         run_id = record.run_id
         emit = self.emit
-        emit(RunStarted(run_id, steps, record.restored, resumed, record.cost))
+        recorded = record.restored
+        if record.restored_skips:
+            # A restored skip is not decided again: announced as restored too.
+            index = record.graph.index
+            recorded = tuple(sorted((*recorded, *record.restored_skips), key=index.__getitem__))
+        emit(RunStarted(run_id, steps, recorded, resumed, record.cost))
         for name, reason in record.invalidated.items():
             emit(StepInvalidated(run_id, name, reason))
-        for name in record.restored:
+        for name in recorded:
             emit(StepRestored(run_id, name))
         for name in record.answered:
             emit(QuestionAnswered(run_id, name))

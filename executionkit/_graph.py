@@ -29,6 +29,7 @@ class Graph:
 
     __slots__ = (
         "asks",
+        "conditional",
         "dependencies",
         "dependents",
         "encoded",
@@ -94,6 +95,11 @@ class Graph:
         self.step_info: dict[str, Mapping[str, Any]] = {
             step.name: MappingProxyType(_info(step)) for step in self.steps
         }
+        # Steps with a `when` condition, and everything downstream of one: those a
+        # condition may skip, whose skipping must be decided before they start.
+        self.conditional = self.descendants(
+            {p for p, step in enumerate(self.steps) if step.when is not None}, inclusive=True
+        )
         # Initial-context keys every run must be given.
         self.inputs: tuple[str, ...] = self._checked_inputs(inputs)
 
@@ -188,6 +194,19 @@ class Graph:
                 found.add(node)
                 stack.extend(self.dependencies[node])
         return found
+
+    def descendants(self, positions: Iterable[int], *, inclusive: bool = False) -> frozenset[int]:
+        """Every step that depends, transitively, on one of ``positions`` (and those, if asked)."""
+        found: set[int] = set()
+        stack = list(positions)
+        if inclusive:
+            found.update(stack)
+        while stack:
+            for child in self.dependents[stack.pop()]:
+                if child not in found:
+                    found.add(child)
+                    stack.append(child)
+        return frozenset(found)
 
 
 def kind_of(step: Step) -> str:

@@ -86,6 +86,12 @@ class Record:
         self.discarded = state.discarded
         self.run_id = state.run_id if state.run_id is not None else _new_run_id()
         self.restored = tuple(name for name in graph.names if name in self.outputs)
+        # Steps a condition skipped (restored, then recorded by merges), name -> reason;
+        # and skips decided since the last merge, position -> reason.
+        self.skipped: dict[str, str] = state.skipped
+        self.restored_skips = tuple(name for name in graph.names if name in self.skipped)
+        self.skips: dict[int, str] = {}
+        self._skip_fields: tuple[Mapping[str, str], Mapping[str, Mapping[str, Any]]] | None = None
         # Questions asked and not answered yet: ask step -> its pending entry.
         self.pending: dict[str, Mapping[str, Any]] = state.pending
         self.executed: list[str] = []
@@ -272,6 +278,12 @@ class Record:
         self.failures[position] = error
         self.changes += 1
 
+    def skip(self, position: int, reason: str) -> None:
+        """Hold the skip of the step at ``position`` until the next merge, like an output."""
+        self.skips[position] = reason
+        self._skip_fields = None
+        self.changes += 1
+
     def save_progress(self, name: str, value: object) -> int:
         """Record ``value`` as the progress of step ``name``; return the change count."""
         self.progress[name] = plain_copy(value, f"progress of step {name!r}")
@@ -310,6 +322,19 @@ class Record:
             record(name, stored)
             executed(name)
         landed.clear()
+        if self.skips:
+            return self._merge_skips(completed)
+        return completed
+
+    def _merge_skips(self, completed: list[int]) -> list[int]:
+        """Record the skips decided since the last merge; return every position completed."""
+        names = self.graph.names
+        skips = self.skips
+        for position in sorted(skips):
+            self.skipped[names[position]] = skips[position]
+        completed = sorted([*completed, *skips])
+        skips.clear()
+        self._skip_fields = None
         return completed
 
     def over_budget(self) -> bool:
@@ -345,6 +370,8 @@ class Record:
             self._describe_exactly(fields, since)
         if self.items or self.pending or self.children:
             self._describe_unfinished(fields, length)
+        if self.skipped or self.skips:
+            self._describe_skips(fields)
         checkpoint = trusted_checkpoint(fields)
         self.last = checkpoint
         return checkpoint
@@ -381,6 +408,29 @@ class Record:
         fields["new_outputs"] = new
         if self.progress:
             fields["progress"] = MappingProxyType(dict(self.progress))
+
+    def _describe_skips(self, fields: dict[str, Any]) -> None:
+        """Add the skips recorded (and decided, mid-batch), with their ``step_info``.
+
+        Skips only grow within a run, so checkpoints share one frozen copy until
+        the next skip: O(1) per checkpoint, like the outputs.
+        """
+        if self._skip_fields is None:
+            info = self.graph.step_info
+            skipped = dict(self.skipped)
+            if self.skips:
+                names = self.graph.names
+                skipped.update((names[p], self.skips[p]) for p in sorted(self.skips))
+            self._skip_fields = (
+                MappingProxyType(skipped),
+                MappingProxyType({name: info[name] for name in skipped}),
+            )
+        skipped_view, skipped_info = self._skip_fields
+        fields["skipped"] = skipped_view
+        described = fields.get("step_info")
+        if described is None:
+            described = self.log.info(fields["step_index"], self.graph.step_info)
+        fields["step_info"] = MappingProxyType(Extended(described, skipped_info))
 
     def _describe_unfinished(self, fields: dict[str, Any], length: int) -> None:
         """Add the finished items of unfinished maps, the pending questions, their step info."""
@@ -466,7 +516,15 @@ class Record:
             restored=self.restored,
             invalidated=self.invalidated,
             discarded=self.discarded,
+            skipped=self._skipped_in_order(),
         )
+
+    def _skipped_in_order(self) -> Mapping[str, str]:
+        skipped = self.skipped
+        if not skipped:
+            return EMPTY
+        names = self.graph.names
+        return MappingProxyType({name: skipped[name] for name in names if name in skipped})
 
 
 class MapItems:

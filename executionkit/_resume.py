@@ -43,6 +43,7 @@ class Restored:
     children: dict[str, Any] = field(default_factory=dict)
     invalidated: dict[str, str] = field(default_factory=dict)
     discarded: tuple[str, ...] = ()
+    skipped: dict[str, str] = field(default_factory=dict)
 
 
 def restore(
@@ -66,19 +67,22 @@ def restore(
     unknown += [name for name in checkpoint.items if name not in index]
     unknown += [name for name in checkpoint.pending if name not in index]
     unknown += [name for name in checkpoint.children if name not in index]
+    recorded_skips = checkpoint.skipped
+    unknown_skips = [name for name in recorded_skips if name not in index]
     discarded: tuple[str, ...] = ()
     if checkpoint.version == LEGACY_VERSION:
         # ExecutionKit 0.4 kept the initial context inside `outputs`. Those values are
         # what 0.4 would have resumed with, so they fill in any key not passed again.
         for key in unknown:
             context.setdefault(key, checkpoint.outputs[key])
-    elif unknown and unknown_steps == "discard":
-        discarded = tuple(unknown)
-    elif unknown:
+    elif (unknown or unknown_skips) and unknown_steps == "discard":
+        discarded = (*unknown, *unknown_skips)
+    elif unknown or unknown_skips:
+        what = "outputs" if not unknown_skips else "skips" if not unknown else "outputs and skips"
         msg = (
-            f"checkpoint records outputs of steps this workflow does not have: "
-            f"{names_text(unknown)} (a checkpoint of another workflow, or renamed steps); "
-            f"pass unknown_steps='discard' to drop them"
+            f"checkpoint records {what} of steps this workflow does not have: "
+            f"{names_text([*unknown, *unknown_skips])} (a checkpoint of another workflow, "
+            f"or renamed steps); pass unknown_steps='discard' to drop them"
         )
         raise CheckpointMismatchError(msg)
     missing = [key for key in checkpoint.context_keys if key not in context]
@@ -94,17 +98,29 @@ def restore(
             f"{checkpoint.run_id!r}; omit run_id to continue the checkpoint's run"
         )
         raise CheckpointMismatchError(msg)
-    recorded = [name for name in graph.names if name in checkpoint.outputs]
+    # A recorded skip is trusted, and counts as recorded for the steps after it,
+    # exactly as a recorded output does.
+    recorded = [
+        name for name in graph.names if name in checkpoint.outputs or name in recorded_skips
+    ]
     invalidated = _invalidated(graph, checkpoint, recorded, rerun)
     stored = {
         name: checkpoint.outputs[name]
         for name in checkpoint.outputs
         if name in index and name not in invalidated
     }
-    progress = _kept_progress(graph, checkpoint, set(stored), rerun, invalidated)
-    items = _kept_items(graph, checkpoint, set(stored), rerun, invalidated)
-    pending = _kept_questions(graph, checkpoint, set(stored), rerun, invalidated)
-    children = _kept_children(graph, checkpoint, set(stored), rerun, invalidated)
+    skipped: dict[str, str] = {}
+    for name in recorded_skips:
+        if name not in index:
+            continue
+        if name in invalidated:
+            invalidated[name] = f"recorded skip dropped: {invalidated[name]}"
+        else:
+            skipped[name] = recorded_skips[name]
+    progress = _kept_progress(graph, checkpoint, {*stored, *skipped}, rerun, invalidated)
+    items = _kept_items(graph, checkpoint, {*stored, *skipped}, rerun, invalidated)
+    pending = _kept_questions(graph, checkpoint, {*stored, *skipped}, rerun, invalidated)
+    children = _kept_children(graph, checkpoint, {*stored, *skipped}, rerun, invalidated)
     return Restored(
         items=items,
         pending=pending,
@@ -118,6 +134,7 @@ def restore(
         metadata=checkpoint.metadata if metadata is None else metadata,
         invalidated=invalidated,
         discarded=discarded,
+        skipped=skipped,
     )
 
 

@@ -27,6 +27,7 @@ from executionkit._announcer import Announcer
 from executionkit._attempt import Attempts, InContext
 from executionkit._checkpointer import Checkpointer
 from executionkit._children import child_run_id
+from executionkit._conditions import Conditions
 from executionkit._record import Record
 from executionkit._types import TokenUsage
 from executionkit.events import (
@@ -40,6 +41,7 @@ from executionkit.events import (
     RunSuspended,
     StepFailed,
     StepFinished,
+    StepSkipped,
     StepStarted,
 )
 
@@ -94,7 +96,10 @@ class Run:
             and options.checkpoint_every == "step"
             and options.checkpoint_fn is not None
         )
-        done = {graph.index[name] for name in record.outputs}
+        done = {graph.index[name] for name in (*record.outputs, *record.skipped)}
+        # Steps a condition may skip are decided just before they would start.
+        self._conditions = Conditions(graph, options.context, record.outputs, record.skipped)
+        self._deciding = self._conditions.deciding
         # Batch mode follows the graph's precomputed levels while every step completes.
         self._frontier = Frontier(graph, done, planned=not self._eager)
         self._limit = options.max_concurrency
@@ -171,9 +176,10 @@ class Run:
                 await self._run_lone(ready.pop())
             else:
                 self._start_from_heap(ready)
-                # Plain steps land inline, and steps may land while checkpoint_fn is
-                # awaited: record and checkpoint those before waiting for anything else.
-                if not record.landed and not self._unsaved():
+                # Plain steps and skips land inline, and steps may land while
+                # checkpoint_fn is awaited: record and checkpoint those before waiting
+                # for anything else.
+                if not record.landed and not record.skips and not self._unsaved():
                     if not self._running:
                         break
                     await self._wait()
@@ -238,6 +244,9 @@ class Run:
         nothing can land until the loop runs again, so what `_may_start` said holds
         for the rest of the sweep, apart from the concurrency limit, counted here.
         """
+        if self._deciding:
+            self._start_deciding(pending, take)
+            return
         inline = self._inline
         while pending and self._may_start():
             position = take()
@@ -249,6 +258,25 @@ class Run:
                 more = min(more, self._limit - self._running - 1)
             self._spawn(position, take, more)
             return
+
+    def _start_deciding(self, pending: list[int], take: Callable[[], int]) -> None:
+        """`_start` in a run where conditions may skip steps: each step is decided as taken.
+
+        Tasks are created one at a time, so that what `_may_start` says is asked
+        again after each decision (a condition that raises fails its step).
+        """
+        deciding = self._deciding
+        inline = self._inline
+        tasked = False
+        while pending and self._may_start():
+            position = take()
+            if position in deciding and not self._decide(position):
+                continue
+            if position in inline and not tasked:
+                self._run_inline(position)
+                continue
+            self._spawn(position, take, 0)
+            tasked = True
 
     # --- starting steps and landing what they give ----------------------------------------
 
@@ -293,6 +321,8 @@ class Run:
         own. Only `asyncio.current_task()` differs: it is the run's task. A
         cancellation of the run goes on to `_exit` once the step has landed.
         """
+        if position in self._deciding and not self._decide(position):
+            return
         self._running += 1
         if self._observed:
             self._began(position)
@@ -303,6 +333,29 @@ class Run:
             # Cancelled while a step that cannot be interrupted (one in an executor)
             # finished anyway: its output is recorded, then the cancellation goes on.
             self._interrupt = asyncio.CancelledError()
+
+    def _decide(self, position: int) -> bool:
+        """Whether the step at ``position`` runs; if not, its skip or failure has landed.
+
+        A skip lands like an output, synchronously: it completes the step for the
+        frontier at the next merge and is in the next checkpoint. A condition
+        that raises fails the step as the step raising would.
+        """
+        try:
+            reason = self._conditions.reason_to_skip(position)
+        except Exception as exc:  # noqa: BLE001 - a failing condition fails its step
+            self.landed_error(position, exc)
+            return False
+        except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt, SystemExit, ...
+            self.landed_interrupt(exc)
+            return False
+        if reason is None:
+            return True
+        self._record.skip(position, reason)
+        if self._observed:
+            name = self._graph.names[position]
+            self._announcer.emit(StepSkipped(self._run_id, name, reason))
+        return False
 
     def landed_result(self, position: int, result: Any) -> None:
         """The step at ``position`` returned ``result``: hold it for the next merge."""

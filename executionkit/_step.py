@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import KW_ONLY, dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from executionkit._errors import WorkflowDefinitionError
 
@@ -16,6 +16,14 @@ if TYPE_CHECKING:
 
 StepFn: TypeAlias = Callable[[Mapping[str, Any]], Any]
 """A step's ``run``: takes the read-only ``ctx``, returns the output or an awaitable of it."""
+
+Condition: TypeAlias = Callable[[Mapping[str, Any]], object]
+"""A step's ``when``: a plain function of the read-only ``ctx``; a falsy result skips the step."""
+
+Join: TypeAlias = Literal["all", "any"]
+"""How a step treats skipped dependencies: skipped if any was (``"all"``), or only if all were."""
+
+JOINS = ("all", "any")
 
 
 def _empty_metadata() -> MappingProxyType[str, Any]:
@@ -71,12 +79,24 @@ class Step:
             ``ctx`` and the result keep the original object.
         decode: Turns the recorded form back into the output on resume. Give
             both or neither.
+        when: A condition: a plain function (not a coroutine function) called
+            as ``when(ctx)`` with the ``ctx`` the step would get, once its
+            dependencies are done. A falsy result *skips* the step: it never
+            runs and has no output, and the checkpoint records the skip with a
+            reason, so resuming never calls ``when`` again. One that raises
+            fails the step. Default: no condition.
+        join: What skipped dependencies do to the step. ``"all"`` (default):
+            the step is skipped if any dependency was. ``"any"``: the step runs
+            if at least one dependency ran (the skipped ones are absent from its
+            ``ctx``), and is skipped only if every one was skipped. ``when`` is
+            called only if the join rule lets the step run.
 
     Raises:
         WorkflowDefinitionError: If ``name`` is not a non-empty string, ``run``
             is not callable, ``depends_on`` is a string or holds something other
             than non-empty strings, the step depends on itself, ``metadata`` is
-            not a mapping, or a retry or timeout setting is out of range.
+            not a mapping, a retry or timeout setting is out of range, ``when``
+            is not a plain function, or ``join`` is not ``"all"`` or ``"any"``.
     """
 
     name: str
@@ -94,6 +114,8 @@ class Step:
     version: str | None = None
     encode: Callable[[Any], Any] | None = None
     decode: Callable[[Any], Any] | None = None
+    when: Condition | None = None
+    join: Join = "all"
 
     def __post_init__(self) -> None:
         """Validate and normalise the fields, naming the step in every error."""
@@ -120,6 +142,7 @@ class Step:
             object.__setattr__(self, "metadata", MappingProxyType(dict(metadata)))
         _check_retry_settings(self)
         _check_resume_settings(self)
+        _check_condition(self)
 
     def __repr__(self) -> str:
         """Show the name, callable, dependencies, metadata and any non-default setting."""
@@ -171,7 +194,8 @@ class Step:
                 ``max_concurrency`` bounds them too).
             metadata: As for `Step`.
             **options: Any other `Step` keyword (``retries``, ``timeout``,
-                ``version``, ``encode``/``decode``, ...), applied to each item.
+                ``version``, ``encode``/``decode``, ...), applied to each item;
+                ``when`` and ``join`` decide whether the map runs at all.
 
         Raises:
             WorkflowDefinitionError: For an invalid setting, naming the step.
@@ -260,6 +284,8 @@ _SETTING_DEFAULTS = (
     ("version", None),
     ("encode", None),
     ("decode", None),
+    ("when", None),
+    ("join", "all"),
 )
 
 
@@ -309,6 +335,28 @@ def _check_resume_settings(step: Step) -> None:
             f"step {name!r}: {given} needs a matching {missing}, so that recorded outputs "
             f"can be turned back into what the step returned"
         )
+        raise WorkflowDefinitionError(msg)
+
+
+def _check_condition(step: Step) -> None:
+    name = step.name
+    when: object = step.when
+    if when is not None and not callable(when):
+        msg = (
+            f"step {name!r}: when must be a function taking ctx and returning a truth value, "
+            f"or None, got {type(when).__name__} {when!r}"
+        )
+        raise WorkflowDefinitionError(msg)
+    if when is not None and is_async_callable(when):
+        msg = (
+            f"step {name!r}: when must be a plain function, not a coroutine function: it is "
+            f"evaluated once, inline, as soon as the step's dependencies are done. Decide "
+            f"from what ctx holds, or compute the decision in a step it depends on"
+        )
+        raise WorkflowDefinitionError(msg)
+    join: object = step.join
+    if not isinstance(join, str) or join not in JOINS:
+        msg = f"step {name!r}: join must be 'all' or 'any', got {join!r}"
         raise WorkflowDefinitionError(msg)
 
 

@@ -26,6 +26,8 @@ MAP_OPTIONS = frozenset(
         "version",
         "encode",
         "decode",
+        "when",
+        "join",
     }
 )
 

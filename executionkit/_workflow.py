@@ -161,7 +161,7 @@ class Workflow:
                 limits), in either schedule; they start in declaration order.
             on_event: Called with each `executionkit.events.Event` as the run
                 goes: run started or resumed, step started, finished, failed,
-                retried, restored or invalidated, checkpoint taken, run finished
+                retried, skipped, restored or invalidated, checkpoint taken, run finished
                 or failed. A plain function or a coroutine function (awaited in
                 order; ``run`` waits for it before returning). What it raises is
                 logged on the ``executionkit`` logger and never affects the run.

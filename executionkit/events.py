@@ -39,6 +39,7 @@ __all__ = [
     "StepInvalidated",
     "StepRestored",
     "StepRetried",
+    "StepSkipped",
     "StepStarted",
 ]
 
@@ -60,7 +61,8 @@ class RunStarted(Event):
 
     Attributes:
         steps: Number of steps in the workflow.
-        recorded: Steps restored from ``resume_from``, which will not run.
+        recorded: Steps restored from ``resume_from``, which will not run: those
+            with an output and those a condition skipped, in declaration order.
         resumed: Whether the run continues from a checkpoint.
         cost: Token usage restored from that checkpoint (zero for a fresh run).
     """
@@ -75,11 +77,31 @@ class RunStarted(Event):
 class StepRestored(Event):
     """A step is not run because the checkpoint resumed from records it.
 
+    Recorded outputs and recorded skips alike: a skipped step's condition is
+    not evaluated again.
+
     Attributes:
         step: The step's name.
     """
 
     step: str
+
+
+@dataclass(frozen=True)
+class StepSkipped(Event):
+    """A condition skipped a step: it will not run and has no output.
+
+    Emitted when the skip is decided (the step's ``when`` returned a falsy
+    value, or its ``join`` rule found skipped dependencies). A skip restored
+    from the checkpoint resumed from is announced with `StepRestored` instead.
+
+    Attributes:
+        step: The step's name.
+        reason: Why, as in `WorkflowResult.skipped`.
+    """
+
+    step: str
+    reason: str
 
 
 @dataclass(frozen=True)

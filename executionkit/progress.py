@@ -36,6 +36,7 @@ from executionkit.events import (
     StepInvalidated,
     StepRestored,
     StepRetried,
+    StepSkipped,
     StepStarted,
 )
 
@@ -55,7 +56,9 @@ class ConsoleProgress:
     It counts steps done (restored from the checkpoint or finished in this
     call) out of all steps, the steps running now (by name, in the order they
     started), the steps that failed, the time since the run started and the
-    tokens spent, restored usage included. A status reads like this:
+    tokens spent, restored usage included. A step a condition skipped counts
+    as done, and the status says how many were skipped in this call. A status
+    reads like this:
 
         executionkit 12/40 done, 2 running (fetch, rank), 1 failed, 1m02s, 12,345 tokens in 8 calls
 
@@ -64,7 +67,7 @@ class ConsoleProgress:
     failed, retried and invalidated messages are written as lines of their own
     above it, and the run's last event replaces it with a summary line ending
     in a newline. In plain mode every message is a line of its own: the run
-    starting, each step invalidated, finished, retried or failed (with the
+    starting, each step invalidated, finished, skipped, retried or failed (with the
     status after it), and a summary when the run finishes or fails.
 
     The line only changes when an event arrives: during a long step the
@@ -100,6 +103,7 @@ class ConsoleProgress:
         self._done: set[str] = set()
         self._running: dict[str, float] = {}  # name -> when its first attempt started
         self._failed: set[str] = set()
+        self._skipped: set[str] = set()
         self._cost = TokenUsage()
         self._started: float | None = None
 
@@ -144,12 +148,8 @@ class ConsoleProgress:
                 self._cost += event.cost
                 text = f"{_PREFIX}: {event.step} finished in {took}"
                 line = _Line(text, status=True, notable=False)
-            case StepFailed():
-                took = self._step_ended(event.step, now, event.duration)
-                self._failed.add(event.step)
-                error = _error_text(event.error)
-                text = f"{_PREFIX}: {event.step} failed after {took}: {error}"
-                line = _Line(text, status=True)
+            case StepSkipped() | StepFailed():
+                line = self._step_not_done(event, now)
             case RunFinished():
                 self._running.clear()
                 self._cost = event.cost
@@ -162,6 +162,18 @@ class ConsoleProgress:
                 text = f"{_PREFIX}: run {self._run_id} {ending}"
                 line = _Line(text, status=True, final=True)
         return line  # CheckpointTaken and any later kinds: the status only
+
+    def _step_not_done(self, event: StepSkipped | StepFailed, now: float) -> _Line:
+        """A step that ended without an output: skipped by a condition, or failed."""
+        if isinstance(event, StepSkipped):
+            self._done.add(event.step)
+            self._skipped.add(event.step)
+            text = f"{_PREFIX}: {event.step} skipped: {event.reason}"
+            return _Line(text, status=True, notable=False)
+        took = self._step_ended(event.step, now, event.duration)
+        self._failed.add(event.step)
+        error = _error_text(event.error)
+        return _Line(f"{_PREFIX}: {event.step} failed after {took}: {error}", status=True)
 
     def _started_run(self, event: RunStarted) -> str:
         self._total = event.steps
@@ -185,6 +197,8 @@ class ConsoleProgress:
     def _status(self, now: float) -> str:
         """``12/40 done, 2 running (a, b), 1 failed, 1m02s, 12,345 tokens in 8 calls``."""
         parts = [f"{len(self._done)}/{self._total} done"]
+        if self._skipped:
+            parts[0] += f" ({len(self._skipped)} skipped)"
         if self._running:
             names = list(self._running)
             shown = ", ".join(names[:_SHOWN_RUNNING])

@@ -40,6 +40,7 @@ HOW_TO_PAGES = (
     "docs/how-to/retries-and-timeouts.md",
     "docs/how-to/idempotency-keys.md",
     "docs/how-to/budgets.md",
+    "docs/how-to/branch.md",
     "docs/how-to/progress-in-long-steps.md",
     "docs/how-to/change-a-workflow-with-saved-checkpoints.md",
     "docs/how-to/custom-output-types.md",

@@ -8,6 +8,7 @@ from executionkit._cli._exits import EXIT_OK
 from executionkit._cli._load import load_workflow
 from executionkit._cli._location import DatabaseLocation, parse_location
 from executionkit._cli._text import out, say
+from executionkit._conditions import condition_name
 from executionkit._terminal import one_line, show
 
 if TYPE_CHECKING:
@@ -15,14 +16,16 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._step import Step
     from executionkit._workflow import Workflow
 
 _MERMAID_STYLES = (
     ("done", "fill:#d3f9d8,stroke:#2b8a3e,color:#1b4332"),
     ("failed", "fill:#ffe3e3,stroke:#c92a2a,color:#5c0011"),
     ("pending", "fill:#f1f3f5,stroke:#868e96,color:#343a40"),
+    ("skipped", "fill:#fff9db,stroke:#e67700,stroke-dasharray:5 5,color:#5c3c00"),
 )
-_DOT_FILLS = {"done": "#d3f9d8", "failed": "#ffe3e3", "pending": "#f1f3f5"}
+_DOT_FILLS = {"done": "#d3f9d8", "failed": "#ffe3e3", "pending": "#f1f3f5", "skipped": "#fff9db"}
 
 
 def graph_command(args: argparse.Namespace) -> int:
@@ -51,15 +54,27 @@ def graph_command(args: argparse.Namespace) -> int:
 
 
 def step_statuses(workflow: Workflow, checkpoint: WorkflowCheckpoint) -> dict[str, str]:
-    """Each step's state in ``checkpoint``: ``done``, ``failed`` or ``pending``."""
+    """Each step's state in ``checkpoint``: ``done``, ``failed``, ``skipped`` or ``pending``."""
     return {
         step.name: "done"
         if step.name in checkpoint.outputs
         else "failed"
         if step.name in checkpoint.errors
+        else "skipped"
+        if step.name in checkpoint.skipped
         else "pending"
         for step in workflow.steps
     }
+
+
+def _label(step: Step) -> str:
+    """The step's name, and its condition and join rule if it has them."""
+    marks = []
+    if step.when is not None:
+        marks.append(f"when: {condition_name(step.when)}")
+    if step.join != "all":
+        marks.append(f"join: {step.join}")
+    return f"{step.name} ({'; '.join(marks)})" if marks else step.name
 
 
 def _edges(workflow: Workflow) -> list[tuple[int, int]]:
@@ -76,11 +91,12 @@ def mermaid(workflow: Workflow, statuses: Mapping[str, str] | None = None) -> st
     """The graph as a Mermaid flowchart, steps styled by state when ``statuses`` is given."""
     lines = ["flowchart TD"]
     for position, step in enumerate(workflow.steps):
-        lines.append(f'    s{position}["{_mermaid_label(step.name)}"]')
+        lines.append(f'    s{position}["{_mermaid_label(_label(step))}"]')
     lines.extend(f"    s{dep} --> s{position}" for dep, position in _edges(workflow))
     if statuses is not None:
         for state, style in _MERMAID_STYLES:
-            lines.append(f"    classDef {state} {style}")
+            if state != "skipped" or "skipped" in statuses.values():
+                lines.append(f"    classDef {state} {style}")
         for state, _ in _MERMAID_STYLES:
             members = [
                 f"s{position}"
@@ -108,9 +124,11 @@ def dot(workflow: Workflow, statuses: Mapping[str, str] | None = None) -> str:
         f'    node [shape=box, style="{style}"];',
     ]
     for position, step in enumerate(workflow.steps):
-        attributes = f'label="{_dot_label(step.name)}"'
+        attributes = f'label="{_dot_label(_label(step))}"'
         if statuses is not None:
             attributes += f', fillcolor="{_DOT_FILLS[statuses[step.name]]}"'
+            if statuses[step.name] == "skipped":
+                attributes += ', style="rounded,filled,dashed"'
         lines.append(f"    n{position} [{attributes}];")
     lines.extend(f"    n{dep} -> n{position};" for dep, position in _edges(workflow))
     lines.append("}")

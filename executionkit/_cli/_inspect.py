@@ -78,6 +78,7 @@ def describe(
 
     Outputs and progress values appear as previews of at most `PREVIEW_CHARS`
     characters. ``total``, ``pending`` and ``unknown`` are None without a workflow.
+    ``skipped`` maps each step a condition skipped to the reason.
     """
     outputs = checkpoint.outputs
     names = list(outputs)
@@ -89,7 +90,9 @@ def describe(
         unknown = [name for name in outputs if name not in known]
         names += unknown
         total = len(declared)
-        pending = [name for name in declared if name not in outputs]
+        pending = [
+            name for name in declared if name not in outputs and name not in checkpoint.skipped
+        ]
     cost = checkpoint.cost
     return {
         "file": file,
@@ -109,6 +112,7 @@ def describe(
         "pending": pending,
         "unknown": unknown,
         "failed": dict(checkpoint.errors),
+        "skipped": dict(checkpoint.skipped),
         "progress": {name: preview(value) for name, value in checkpoint.progress.items()},
         "outputs": {name: preview(outputs[name]) for name in names},
     }
@@ -138,12 +142,18 @@ def describe_text(summary: Mapping[str, Any]) -> str:
     if summary["total"] is None:
         field("steps", f"{recorded} recorded (--workflow MODULE:ATTR shows the total)")
     else:
-        field("steps", f"{recorded - len(summary['unknown'])} of {summary['total']} recorded")
+        steps = f"{recorded - len(summary['unknown'])} of {summary['total']} recorded"
+        if summary["skipped"]:
+            steps += f", {len(summary['skipped'])} skipped"
+        field("steps", steps)
         field("pending", ", ".join(map(show, summary["pending"])) or "(none)")
         if summary["unknown"]:
             names = ", ".join(map(show, summary["unknown"]))
             field("unknown", f"{names} (recorded, but not a step of the workflow)")
     field("failed", *(f"{show(name)}: {one_line(e)}" for name, e in summary["failed"].items()))
+    if summary["skipped"]:
+        skips = summary["skipped"].items()
+        field("skipped", *(f"{show(name)}: {one_line(reason)}" for name, reason in skips))
     field("progress", *(f"{show(name)}: {p}" for name, p in summary["progress"].items()))
     outputs = summary["outputs"]
     lines.append("outputs" if outputs else "outputs     (none)")
