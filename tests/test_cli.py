@@ -1087,6 +1087,7 @@ def test_inspect_json(cli: Callable[..., Outcome], tmp_path: Path) -> None:
         "unknown": [],
         "failed": {"translate": NO_LANG},
         "progress": {"translate": '{"done": 1}'},
+        "items": {},
         "outputs": {"words": '["the", "cat", "sat"]', "count": "3"},
     }
     without = json.loads(cli("inspect", "run.json", "--json").out)
