@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from executionkit._aio import wait_through
-from executionkit.events import RunStarted, StepInvalidated, StepRestored
+from executionkit.events import QuestionAnswered, RunStarted, StepInvalidated, StepRestored
 
 if TYPE_CHECKING:
     import contextvars
@@ -60,6 +60,8 @@ class Announcer:
             emit(StepInvalidated(run_id, name, reason))
         for name in record.restored:
             emit(StepRestored(run_id, name))
+        for name in record.answered:
+            emit(QuestionAnswered(run_id, name))
 
     def began(self, position: int) -> None:
         """Note when the step at ``position`` started its first attempt."""

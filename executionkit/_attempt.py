@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from executionkit._aio import wait_through
 from executionkit._context import ContextView
 from executionkit._map import ItemLanding, MapDone, Unfinished, drive
-from executionkit._step import MapStep, retry_wait
+from executionkit._step import retry_wait
 from executionkit._step_context import CURRENT_STEP, StepContext
+from executionkit._step_kinds import MapStep
 from executionkit.events import ItemStarted, StepRetried, StepStarted
 
 if TYPE_CHECKING:
@@ -121,6 +122,12 @@ class Landing(ItemLanding, Protocol):
 
     def landed_unfinished(self, position: int) -> None: ...
 
+    def asking(self, position: int) -> bool:
+        """Whether the ask step at ``position`` must ask (it has no pending question)."""
+        ...
+
+    def landed_question(self, position: int, question: object) -> None: ...
+
     def finished(self, position: int) -> None: ...
 
 
@@ -137,6 +144,7 @@ class Attempts:
         "_landing",
         "_outputs",
         "_run_id",
+        "_special",
     )
 
     def __init__(
@@ -162,6 +170,8 @@ class Attempts:
         self._announcer = announcer
         self._caller_context = caller_context
         self._landing = landing
+        # Steps that are not called as they are: maps (per item) and asks (a question).
+        self._special = graph.maps | graph.asks
 
     async def task(self, position: int, returned: Any = None) -> None:  # noqa: C901, PLR0912
         """The body of a step's task (or of a lone step): run it, then land how it ended.
@@ -173,7 +183,11 @@ class Attempts:
         step = self._graph.steps[position]
         view = ContextView(self._graph, position, self._context, self._outputs)
         try:
-            if position in self._graph.maps:
+            if position in self._special:
+                if position in self._graph.asks:
+                    if landing.asking(position):
+                        landing.landed_question(position, step.run(view))
+                    return
                 result = await self._map(position, step, view)
             elif returned is not None:
                 result = await returned

@@ -13,7 +13,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from executionkit._errors import WorkflowDefinitionError, did_you_mean
-from executionkit._step import MapStep, Step, is_async_callable
+from executionkit._step import Step, is_async_callable
+from executionkit._step_kinds import AskStep, MapStep
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -27,6 +28,7 @@ class Graph:
     """
 
     __slots__ = (
+        "asks",
         "dependencies",
         "dependents",
         "encoded",
@@ -65,6 +67,8 @@ class Graph:
         self.levels: tuple[tuple[int, ...], ...] = self._levels()
         # Map steps: their run is called once per item, by the map's own driver.
         self.maps = frozenset(p for p, step in enumerate(self.steps) if isinstance(step, MapStep))
+        # Ask steps: their run computes a question, and their output is the answer.
+        self.asks = frozenset(p for p, step in enumerate(self.steps) if isinstance(step, AskStep))
         # Maps whose function is plain: with an executor, their items run there.
         self.plain_items = frozenset(
             p for p in self.maps if not is_async_callable(self.steps[p].run)
@@ -73,7 +77,9 @@ class Graph:
         self.plain = frozenset(
             position
             for position, step in enumerate(self.steps)
-            if not is_async_callable(step.run) and position not in self.maps
+            if not is_async_callable(step.run)
+            and position not in self.maps
+            and position not in self.asks
         )
         self.inline = frozenset(p for p in self.plain if self.steps[p].retries == 0)
         # Steps whose outputs are recorded through Step.encode.
@@ -179,8 +185,10 @@ class Graph:
 
 
 def kind_of(step: Step) -> str:
-    """What a step is, as ``step_info`` records it: ``"step"`` or ``"map"``."""
-    return "map" if isinstance(step, MapStep) else "step"
+    """What a step is, as ``step_info`` records it: ``"step"``, ``"map"`` or ``"ask"``."""
+    if isinstance(step, MapStep):
+        return "map"
+    return "ask" if isinstance(step, AskStep) else "step"
 
 
 def _info(step: Step) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from executionkit._checkpoint import SharedFields, WorkflowCheckpoint, trusted_checkpoint
 from executionkit._errors import BudgetExceeded, WorkflowFailed
 from executionkit._plain import plain_copy
+from executionkit._questions import Answers, asked
 from executionkit._result import WorkflowResult
 from executionkit._resume import Restored, restore
 from executionkit._snapshot import Extended, OutputLog
@@ -85,6 +86,8 @@ class Record:
         self.discarded = state.discarded
         self.run_id = state.run_id if state.run_id is not None else _new_run_id()
         self.restored = tuple(name for name in graph.names if name in self.outputs)
+        # Questions asked and not answered yet: ask step -> its pending entry.
+        self.pending: dict[str, Mapping[str, Any]] = state.pending
         self.executed: list[str] = []
         # Failures of this run, by position; they stay in every later checkpoint's `errors`.
         self.failures: dict[int, Exception] = {}
@@ -106,6 +109,33 @@ class Record:
             for name, (stored, live, cost) in state.items.items()
         }
         self._maps = graph.maps
+        self.answered: tuple[str, ...] = ()
+        if options.answers or state.pending:
+            self._answer(options.answers)
+
+    # --- questions ------------------------------------------------------------------------
+
+    def _answer(self, answers: Mapping[str, Any]) -> None:
+        """Apply the run's answers (checked first: nothing is changed if one is refused)."""
+        checked = Answers(self.graph, self.pending, self.outputs, answers)
+        index = self.graph.index
+        for name in sorted(checked.stored, key=index.__getitem__):
+            stored = checked.stored[name]
+            del self.pending[name]
+            self.outputs[name] = stored
+            self.log.append(name, stored)
+            self.changes += 1
+        for name, error in checked.expired.items():
+            self.fail(index[name], error)
+        self.answered = tuple(n for n in self.graph.names if n in checked.stored)
+
+    def ask(self, position: int, question: object) -> Mapping[str, Any]:
+        """Record the question the ask step at ``position`` asks; return its pending entry."""
+        step: Any = self.graph.steps[position]
+        entry = asked(step, question)
+        self.pending[step.name] = entry
+        self.changes += 1
+        return entry
 
     # --- what lands -----------------------------------------------------------------------
 
@@ -267,8 +297,8 @@ class Record:
             fields["errors"] = self._error_texts()
         if self.landed or self.progress or self._reported:
             self._describe_exactly(fields, since)
-        if self.items:
-            self._describe_items(fields, length)
+        if self.items or self.pending:
+            self._describe_unfinished(fields, length)
         checkpoint = trusted_checkpoint(fields)
         self.last = checkpoint
         return checkpoint
@@ -306,8 +336,8 @@ class Record:
         if self.progress:
             fields["progress"] = MappingProxyType(dict(self.progress))
 
-    def _describe_items(self, fields: dict[str, Any], length: int) -> None:
-        """Add the finished items of unfinished maps, and their step info."""
+    def _describe_unfinished(self, fields: dict[str, Any], length: int) -> None:
+        """Add the finished items of unfinished maps, the pending questions, their step info."""
         info = self.graph.step_info
         items: dict[str, Any] = {}
         new: dict[str, tuple[str, ...]] = {}
@@ -318,12 +348,15 @@ class Record:
             if entry.since < end:
                 new[name] = log.names_between(entry.since, end)
                 entry.since = end
-        fields["items"] = MappingProxyType(items)
-        fields["new_items"] = MappingProxyType(new)
+        if items:
+            fields["items"] = MappingProxyType(items)
+            fields["new_items"] = MappingProxyType(new)
+        if self.pending:
+            fields["pending"] = MappingProxyType(dict(self.pending))
         described = fields.get("step_info")
         if described is None:
             described = self.log.info(length, info)
-        extra = {name: info[name] for name in items if name not in described}
+        extra = {name: info[name] for name in (*items, *self.pending) if name not in described}
         fields["step_info"] = MappingProxyType(Extended(described, extra))
 
     def _error_texts(self) -> Mapping[str, str]:
@@ -358,8 +391,13 @@ class Record:
     def result(self) -> WorkflowResult:
         """The `WorkflowResult` of a run that completed."""
         outputs = self.outputs
+        names = self.graph.names
+        pending = self.pending
         return WorkflowResult(
-            outputs=MappingProxyType({name: outputs[name] for name in self.graph.names}),
+            outputs=MappingProxyType({name: outputs[name] for name in names if name in outputs}),
+            pending=MappingProxyType(
+                {name: pending[name]["question"] for name in names if name in pending}
+            ),
             cost=self.cost,
             run_id=self.run_id,
             executed=tuple(self.executed),

@@ -37,6 +37,8 @@ class Restored:
     metadata: Mapping[str, Any]
     # Map step -> (stored item outputs, live item outputs, their usage).
     items: dict[str, tuple[dict[str, Any], dict[str, Any], TokenUsage]]
+    # Ask step -> its pending question, as recorded.
+    pending: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     invalidated: dict[str, str] = field(default_factory=dict)
     discarded: tuple[str, ...] = ()
 
@@ -60,6 +62,7 @@ def restore(
     index = graph.index
     unknown = [name for name in checkpoint.outputs if name not in index]
     unknown += [name for name in checkpoint.items if name not in index]
+    unknown += [name for name in checkpoint.pending if name not in index]
     discarded: tuple[str, ...] = ()
     if checkpoint.version == LEGACY_VERSION:
         # ExecutionKit 0.4 kept the initial context inside `outputs`. Those values are
@@ -97,8 +100,10 @@ def restore(
     }
     progress = _kept_progress(graph, checkpoint, set(stored), rerun, invalidated)
     items = _kept_items(graph, checkpoint, set(stored), rerun, invalidated)
+    pending = _kept_questions(graph, checkpoint, set(stored), rerun, invalidated)
     return Restored(
         items=items,
+        pending=pending,
         outputs=_decoded(graph, stored),
         stored=stored,
         progress=progress,
@@ -229,6 +234,34 @@ def _kept_items(
             key: _decode(step, f"{name!r}, item {key!r}", name, v) for key, v in stored.items()
         }
         kept[name] = (stored, live, entry["cost"])
+    return kept
+
+
+def _kept_questions(
+    graph: Graph,
+    checkpoint: WorkflowCheckpoint,
+    trusted: set[str],
+    rerun: frozenset[str],
+    invalidated: dict[str, str],
+) -> dict[str, Mapping[str, Any]]:
+    """Pending questions that still fit their ask step; the others are asked again."""
+    kept: dict[str, Mapping[str, Any]] = {}
+    for name, entry in checkpoint.pending.items():
+        position = graph.index.get(name)
+        if position is None:
+            continue  # unknown_steps="discard" dropped it
+        stale = [d for d in graph.steps[position].depends_on if d in invalidated]
+        reason = (
+            f"depends on invalidated step {stale[0]!r}"
+            if stale
+            else _distrust(graph, checkpoint, name, trusted, rerun)
+        )
+        if reason is None and position not in graph.asks:
+            reason = "it is not an ask step any more"
+        if reason is None:
+            kept[name] = entry
+        else:
+            invalidated[name] = f"pending question dropped: {reason}"
     return kept
 
 

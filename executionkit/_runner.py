@@ -32,8 +32,10 @@ from executionkit.events import (
     ItemFinished,
     ItemStarted,
     MapStarted,
+    QuestionAsked,
     RunFailed,
     RunFinished,
+    RunSuspended,
     StepFailed,
     StepFinished,
     StepStarted,
@@ -368,6 +370,24 @@ class Run:
             duration = time.perf_counter() - began
             self._announcer.emit(ItemFailed(self._run_id, name, key, duration, error))
 
+    # --- questions (Step.ask) -------------------------------------------------------------
+
+    def asking(self, position: int) -> bool:
+        """Whether the ask step at ``position`` has yet to ask (no question is pending)."""
+        return self._graph.names[position] not in self._record.pending
+
+    def landed_question(self, position: int, question: object) -> None:
+        """The ask step at ``position`` asked ``question``: record it as pending."""
+        try:
+            entry = self._record.ask(position, question)
+        except Exception as exc:  # noqa: BLE001 - a question that cannot be recorded fails
+            self.landed_error(position, exc)
+            return
+        if self._observed:
+            name = self._graph.names[position]
+            event = QuestionAsked(self._run_id, name, entry["question"], entry["expires_at"])
+            self._announcer.emit(event)
+
     def landed_unfinished(self, position: int) -> None:
         """The map at ``position`` stopped with items left: the run has work left."""
         del position
@@ -442,7 +462,10 @@ class Run:
         )
         if self._observed:
             duration = time.perf_counter() - began
-            if outcome is None:
+            if outcome is None and record.pending:
+                names = tuple(n for n in self._graph.names if n in record.pending)
+                self._announcer.emit(RunSuspended(self._run_id, duration, record.cost, names))
+            elif outcome is None:
                 self._announcer.emit(
                     RunFinished(self._run_id, duration, record.cost, len(record.executed))
                 )

@@ -7,9 +7,12 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import KW_ONLY, dataclass, field
 from types import MappingProxyType
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from executionkit._errors import WorkflowDefinitionError
+
+if TYPE_CHECKING:
+    from datetime import timedelta
 
 StepFn: TypeAlias = Callable[[Mapping[str, Any]], Any]
 """A step's ``run``: takes the read-only ``ctx``, returns the output or an awaitable of it."""
@@ -134,7 +137,7 @@ class Step:
     def map(
         cls,
         name: str,
-        run: ItemFn,
+        run: Callable[[Any, Mapping[str, Any]], Any],
         *,
         over: str,
         key: Callable[[Any], str] | None = None,
@@ -170,19 +173,21 @@ class Step:
         Raises:
             WorkflowDefinitionError: For an invalid setting, naming the step.
         """
-        unknown = sorted(set(options) - _MAP_OPTIONS)
+        from executionkit._step_kinds import MAP_OPTIONS, MapStep  # noqa: PLC0415 - a cycle
+
+        unknown = sorted(set(options) - MAP_OPTIONS)
         if unknown:
             from executionkit._errors import did_you_mean  # noqa: PLC0415 - errors only
 
-            hints = "".join(did_you_mean(option, _MAP_OPTIONS) for option in unknown)
+            hints = "".join(did_you_mean(option, MAP_OPTIONS) for option in unknown)
             msg = (
-                f"step {name!r}: Step.map got unknown option(s) {', '.join(map(repr, unknown))}"
-                f"{hints}; it takes the keywords of Step"
+                f"step {name!r}: Step.map got unknown option(s) {', '.join(map(repr, unknown))} "
+                f"(it takes the keywords of Step){hints}"
             )
             raise WorkflowDefinitionError(msg)
         return MapStep(
             name,
-            run,  # type: ignore[arg-type]  # called with (item, ctx), see ItemFn
+            run,  # type: ignore[arg-type]  # called with (item, ctx)
             tuple(depends_on) if not isinstance(depends_on, str) else depends_on,  # type: ignore[arg-type]
             _empty_metadata() if metadata is None else metadata,
             over=over,
@@ -191,68 +196,55 @@ class Step:
             **options,
         )
 
+    @classmethod
+    def ask(
+        cls,
+        name: str,
+        question: Callable[[Mapping[str, Any]], Any],
+        *,
+        depends_on: Iterable[str] = (),
+        check: Callable[[Any], Any] | None = None,
+        expires_after: float | timedelta | None = None,
+        version: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Step:
+        """Build a step that asks a person a question and waits for the answer.
 
-ItemFn: TypeAlias = Callable[[Any, Mapping[str, Any]], Any]
-"""A map item's ``run``: takes the item and the read-only ``ctx``."""
+        When its dependencies are done, ``question(ctx)`` computes the
+        question (any JSON data: a string, or a dict with the plan to approve).
+        It is recorded in the checkpoint as pending, nothing that depends on
+        this step starts, and once nothing else can run the run returns a
+        `WorkflowResult` whose ``pending`` maps this step to its question.
+        Resume with ``run(resume_from=..., answers={name: answer})``: the
+        answer becomes this step's output (with no token usage) and its
+        dependants run. Nothing runs twice to ask again.
 
+        Args:
+            name: The step's name; answers are given by it.
+            question: ``question(ctx)``, a plain function returning JSON data.
+            depends_on: The steps the question needs.
+            check: ``check(answer)`` validates an answer before anything runs
+                and returns what is recorded (raise to refuse it).
+            expires_after: Seconds (or a `datetime.timedelta`) the question
+                stays open once asked; a later answer fails this step.
+            version: As for `Step`: a changed version asks again.
+            metadata: As for `Step`.
 
-@dataclass(frozen=True, repr=False)
-class MapStep(Step):
-    """A step that runs its ``run`` once per item; build one with `Step.map`."""
+        Raises:
+            WorkflowDefinitionError: For an invalid setting, naming the step.
+        """
+        from executionkit._step_kinds import AskStep  # noqa: PLC0415 - a cycle
 
-    _: KW_ONLY
-    over: str = ""
-    key: Callable[[Any], str] | None = None
-    max_concurrency: int | None = None
+        return AskStep(
+            name,
+            question,
+            tuple(depends_on) if not isinstance(depends_on, str) else depends_on,  # type: ignore[arg-type]
+            _empty_metadata() if metadata is None else metadata,
+            version=version,
+            check=check,
+            expires_after=expires_after,
+        )
 
-    def __post_init__(self) -> None:
-        """Validate the map settings as well as the step's own."""
-        super().__post_init__()
-        name = self.name
-        over: object = self.over
-        if not isinstance(over, str) or not over:
-            msg = (
-                f"step {name!r}: over must name a step or an initial-context key (a non-empty "
-                f"str), got {type(over).__name__} {over!r}"
-            )
-            raise WorkflowDefinitionError(msg)
-        key: object = self.key
-        if key is not None and not callable(key):
-            msg = f"step {name!r}: key must be callable (item -> str) or None, got {key!r}"
-            raise WorkflowDefinitionError(msg)
-        limit: object = self.max_concurrency
-        if limit is not None and (type(limit) is not int or limit < 1):
-            msg = f"step {name!r}: max_concurrency must be a positive int or None, got {limit!r}"
-            raise WorkflowDefinitionError(msg)
-
-    def __repr__(self) -> str:
-        """Show what `Step` shows, and the map settings."""
-        parts = [f"over={self.over!r}"]
-        if self.key is not None:
-            parts.append(f"key={self.key!r}")
-        if self.max_concurrency is not None:
-            parts.append(f"max_concurrency={self.max_concurrency!r}")
-        return f"Step.map({super().__repr__()[5:-1]}, {', '.join(parts)})"
-
-    def __hash__(self) -> int:
-        """Hash by name, callable, dependencies and ``over``."""
-        return hash((self.name, self.run, self.depends_on, self.over))
-
-
-_MAP_OPTIONS = frozenset(
-    {
-        "retries",
-        "retry_on",
-        "retry_delay",
-        "retry_backoff",
-        "retry_max_delay",
-        "retry_jitter",
-        "timeout",
-        "version",
-        "encode",
-        "decode",
-    }
-)
 
 _SETTING_DEFAULTS = (
     ("retries", 0),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from executionkit._types import TokenUsage
 
@@ -28,9 +28,12 @@ __all__ = [
     "ItemFinished",
     "ItemStarted",
     "MapStarted",
+    "QuestionAnswered",
+    "QuestionAsked",
     "RunFailed",
     "RunFinished",
     "RunStarted",
+    "RunSuspended",
     "StepFailed",
     "StepFinished",
     "StepInvalidated",
@@ -172,6 +175,32 @@ class ItemFailed(Event):
 
 
 @dataclass(frozen=True)
+class QuestionAsked(Event):
+    """An ask step (`Step.ask`) asked its question; it is recorded as pending.
+
+    Attributes:
+        step: The ask step's name.
+        question: The question, as recorded.
+        expires_at: When it expires (UTC ISO 8601), or None.
+    """
+
+    step: str
+    question: Any
+    expires_at: str | None
+
+
+@dataclass(frozen=True)
+class QuestionAnswered(Event):
+    """An answer given to ``run`` became the output of its ask step.
+
+    Attributes:
+        step: The ask step's name.
+    """
+
+    step: str
+
+
+@dataclass(frozen=True)
 class StepRetried(Event):
     """An attempt failed and the step will be tried again after ``delay`` seconds.
 
@@ -246,6 +275,21 @@ class RunFinished(Event):
     duration: float
     cost: TokenUsage
     executed: int
+
+
+@dataclass(frozen=True)
+class RunSuspended(Event):
+    """Nothing else can run until questions are answered; ``run`` is about to return.
+
+    Attributes:
+        duration: Seconds the call of ``run`` took.
+        cost: Total token usage, restored usage included.
+        pending: The ask steps waiting for an answer, in declaration order.
+    """
+
+    duration: float
+    cost: TokenUsage
+    pending: tuple[str, ...]
 
 
 @dataclass(frozen=True)

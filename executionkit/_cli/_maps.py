@@ -53,7 +53,7 @@ def unfinished_maps(
 
 def map_sources(workflow: Workflow) -> dict[str, str]:
     """Each map step of ``workflow`` and the step or input its items come from (``over``)."""
-    from executionkit._step import MapStep  # noqa: PLC0415 - only the commands that draw maps
+    from executionkit._step_kinds import MapStep  # noqa: PLC0415 - only the commands that draw maps
 
     return {step.name: step.over for step in workflow.steps if isinstance(step, MapStep)}
 
