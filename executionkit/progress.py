@@ -2,10 +2,11 @@
 
 `ConsoleProgress` turns the run's events into what a person watching wants to
 see: how many steps are done out of how many, which are running, how many
-failed, the time since the run started and the tokens spent. On a terminal it
-keeps one line up to date in place; anywhere else (a CI log, a file) it writes
-one plain line per step that finishes, fails or is retried, and a summary line
-at the end. It writes to standard error unless told otherwise.
+items of each running map step are recorded, how many failed, the time since the
+run started and the tokens spent. On a terminal it keeps one line up to date in
+place; anywhere else (a CI log, a file) it writes one plain line per step that
+finishes, fails or is retried, and a summary line at the end. It writes to
+standard error unless told otherwise.
 
 Example:
     >>> from executionkit import Step, Workflow
@@ -21,13 +22,19 @@ import math
 import os
 import sys
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
 
 from executionkit._errors import BudgetExceeded, WorkflowFailed
 from executionkit._terminal import one_line, show
 from executionkit._types import TokenUsage
 from executionkit.events import (
+    CheckpointTaken,
     Event,
+    ItemFailed,
+    ItemFinished,
+    ItemStarted,
+    MapStarted,
     RunFailed,
     RunFinished,
     RunStarted,
@@ -48,6 +55,10 @@ __all__ = ["ConsoleProgress"]
 _PREFIX = "executionkit"
 _SHOWN_RUNNING = 3
 _MESSAGE_CHARS = 120
+_SHOWN_ITEM_FAILURES = 3  # per map: the first failures get a line each, then one line says more
+_LIVE_EVERY = 0.1  # seconds: item events redraw the live line at most this often
+_PLAIN_EVERY = 30.0  # seconds: in plain lines, a running map's count at least this often
+_TENTHS = 10  # in plain lines, a running map's count each time another tenth is recorded
 
 
 class ConsoleProgress:
@@ -61,6 +72,14 @@ class ConsoleProgress:
     reads like this:
 
         executionkit 12/40 done, 2 running (fetch, rank), 1 failed, 1m02s, 12,345 tokens in 8 calls
+
+    While a map step (`Step.map`) runs, the status counts its items too,
+    restored ones included: ``summaries: 412/1,000 items (2 failed)``. Items
+    never get a line each: a map's item count is written in plain mode when
+    another tenth of its items is recorded (or half a minute has passed), and
+    the live line is redrawn for item events at most ten times a second (by
+    ``clock``). The first three items of a map that fail get a line each, with
+    their error, then one line says more failed; the status counts them all.
 
     In live mode that status is one line rewritten in place (a carriage return,
     then spaces over what is left of the previous text); run started, step
@@ -95,6 +114,7 @@ class ConsoleProgress:
         self._live = self._tty if live is None else live
         self._clock = clock
         self._drawn = 0  # length of the live line on screen, 0 when there is none
+        self._drawn_at: float | None = None  # when the live line was last drawn
         self._reset()
 
     def _reset(self) -> None:
@@ -106,6 +126,8 @@ class ConsoleProgress:
         self._skipped: set[str] = set()
         self._cost = TokenUsage()
         self._started: float | None = None
+        self._maps: dict[str, _Map] = {}  # running map steps, in the order they found items
+        self._items: dict[tuple[str, str], float] = {}  # running items -> first attempt began
 
     # --- the callback ---------------------------------------------------------------------
 
@@ -117,13 +139,34 @@ class ConsoleProgress:
             self._reset()
             self._started = now
             self._run_id = event.run_id
-        line = self._apply(event, now)
+        if isinstance(event, (MapStarted, ItemStarted, ItemFinished, ItemFailed)):
+            line = self._apply_item(event, now)
+        else:
+            line = self._apply(event, now)
         if self._live:
-            if not isinstance(event, StepRestored):  # the next event redraws soon enough
+            # A restored step or a started item changes nothing the live line shows yet.
+            quiet = isinstance(event, (StepRestored, ItemStarted))
+            if not quiet and not self._too_soon(event, line, now):
                 self._show_live(line, now)
+                self._drawn_at = now
         elif line is not None:
-            text = f"{line.text}; {self._status(now)}" if line.status else line.text
+            if not line.text:
+                text = f"{_PREFIX}: {self._status(now)}"
+            else:
+                text = f"{line.text}; {self._status(now)}" if line.status else line.text
             self._write(f"{text}\n")
+
+    def _too_soon(self, event: Event, line: _Line | None, now: float) -> bool:
+        """Whether to leave the live line as it is: an item's event, just after a redraw.
+
+        Only events that change nothing but counts are held back (an item finishing,
+        the checkpoint that follows it while a map runs); a later event redraws.
+        """
+        if line is not None or self._drawn_at is None or now - self._drawn_at >= _LIVE_EVERY:
+            return False
+        if isinstance(event, CheckpointTaken):
+            return bool(self._maps)
+        return isinstance(event, ItemFinished)
 
     def _apply(self, event: Event, now: float) -> _Line | None:
         """Update the counts; return what to say about ``event``, if anything."""
@@ -143,20 +186,18 @@ class ConsoleProgress:
                     f"({_error_text(event.error)}); retrying in {_duration(event.delay)}"
                 )
             case StepFinished():
-                took = self._step_ended(event.step, now, event.duration)
-                self._done.add(event.step)
-                self._cost += event.cost
-                text = f"{_PREFIX}: {event.step} finished in {took}"
-                line = _Line(text, status=True, notable=False)
+                line = self._step_finished(event, now)
             case StepSkipped() | StepFailed():
                 line = self._step_not_done(event, now)
             case RunFinished():
                 self._running.clear()
+                self._maps.clear()
                 self._cost = event.cost
                 text = f"{_PREFIX}: run {self._run_id} finished"
                 line = _Line(text, status=True, final=True)
             case RunFailed():
                 self._running.clear()
+                self._maps.clear()
                 self._cost = _total_cost(event.error, self._cost)
                 ending = _ending_text(event.error)
                 text = f"{_PREFIX}: run {self._run_id} {ending}"
@@ -170,10 +211,70 @@ class ConsoleProgress:
             self._skipped.add(event.step)
             text = f"{_PREFIX}: {event.step} skipped: {event.reason}"
             return _Line(text, status=True, notable=False)
+        self._maps.pop(event.step, None)
         took = self._step_ended(event.step, now, event.duration)
         self._failed.add(event.step)
         error = _error_text(event.error)
         return _Line(f"{_PREFIX}: {event.step} failed after {took}: {error}", status=True)
+
+    def _step_finished(self, event: StepFinished, now: float) -> _Line:
+        took = self._step_ended(event.step, now, event.duration)
+        self._done.add(event.step)
+        text = f"{_PREFIX}: {event.step} finished in {took}"
+        mapped = self._maps.pop(event.step, None)
+        if mapped is None:
+            self._cost += event.cost
+        else:  # its items' usage was counted as each one finished
+            text += f" ({_count(mapped.items, 'item')})"
+        return _Line(text, status=True, notable=False)
+
+    def _apply_item(
+        self, event: MapStarted | ItemStarted | ItemFinished | ItemFailed, now: float
+    ) -> _Line | None:
+        """Count a map's items; say when it found them, when they fail, how far it got."""
+        line: _Line | None = None
+        match event:
+            case MapStarted():
+                line = self._map_started(event, now)
+            case ItemStarted():
+                self._items.setdefault((event.step, event.item), now)
+            case ItemFinished():
+                line = self._item_finished(event, now)
+            case ItemFailed():
+                line = self._item_failed(event, now)
+        return line
+
+    def _map_started(self, event: MapStarted, now: float) -> _Line:
+        said = event.recorded * _TENTHS // event.items if event.items else 0
+        self._maps[event.step] = _Map(event.items, event.recorded, said=said, said_at=now)
+        text = f"{_PREFIX}: {event.step}: {_count(event.items, 'item')}"
+        if event.recorded:
+            text += f", {event.recorded:,} recorded before"
+        return _Line(text, notable=False)
+
+    def _item_finished(self, event: ItemFinished, now: float) -> _Line | None:
+        self._items.pop((event.step, event.item), None)
+        self._cost += event.cost
+        state = self._maps.get(event.step)
+        if state is None:
+            return None
+        state.recorded = max(state.recorded, event.recorded)
+        return None if self._live else state.progress_line(now)
+
+    def _item_failed(self, event: ItemFailed, now: float) -> _Line | None:
+        """A line for each of the first few failed items of a map, then one saying more did."""
+        began = self._items.pop((event.step, event.item), None)
+        state = self._maps.get(event.step)
+        if state is None:
+            return None
+        state.failed += 1
+        if state.failed > _SHOWN_ITEM_FAILURES:
+            more = f"{_PREFIX}: {event.step}: more items failed"
+            return _Line(more, status=True) if state.failed == _SHOWN_ITEM_FAILURES + 1 else None
+        took = _duration(event.duration if began is None else now - began)
+        error = _error_text(event.error)
+        text = f"{_PREFIX}: {event.step} item {event.item} failed after {took}: {error}"
+        return _Line(text, status=True)
 
     def _started_run(self, event: RunStarted) -> str:
         self._total = event.steps
@@ -205,6 +306,10 @@ class ConsoleProgress:
             if len(names) > _SHOWN_RUNNING:
                 shown += f", +{len(names) - _SHOWN_RUNNING} more"
             parts.append(f"{len(names)} running ({shown})")
+        parts.extend(
+            f"{name}: {state.items_text()}"
+            for name, state in list(self._maps.items())[:_SHOWN_RUNNING]
+        )
         if self._failed:
             parts.append(f"{len(self._failed)} failed")
         parts.append(_duration(0.0 if self._started is None else now - self._started))
@@ -255,8 +360,35 @@ class ConsoleProgress:
         self._stream.flush()
 
 
+@dataclass(slots=True)
+class _Map:
+    """A running map step's items, as its events told them."""
+
+    items: int
+    recorded: int
+    failed: int = 0
+    said: int = 0  # tenths of the items recorded when plain lines last gave the count
+    said_at: float = 0.0  # when they did (or when the map found its items)
+
+    def items_text(self) -> str:
+        """``412/1,000 items (2 failed)``."""
+        text = f"{self.recorded:,}/{self.items:,} items"
+        return f"{text} ({self.failed:,} failed)" if self.failed else text
+
+    def progress_line(self, now: float) -> _Line | None:
+        """A status line for plain mode once another tenth is recorded, or time has passed."""
+        if not self.items or self.recorded >= self.items:
+            return None  # the step's own line follows
+        tenths = self.recorded * _TENTHS // self.items
+        if tenths <= self.said and now - self.said_at < _PLAIN_EVERY:
+            return None
+        self.said = max(self.said, tenths)
+        self.said_at = now
+        return _Line("", notable=False)
+
+
 class _Line(NamedTuple):
-    """What to say about one event."""
+    """What to say about one event (an empty text: the status alone)."""
 
     text: str
     status: bool = False  # followed by the status (in plain lines, and always when final)
@@ -333,6 +465,9 @@ def _escaped(event: Event) -> Event:
     step = getattr(event, "step", None)
     if isinstance(step, str) and show(step) != step:
         changes["step"] = show(step)
+    item = getattr(event, "item", None)
+    if isinstance(item, str) and show(item) != item:
+        changes["item"] = show(item)
     reason = getattr(event, "reason", None)
     if isinstance(reason, str) and not reason.isprintable():
         changes["reason"] = one_line(reason)

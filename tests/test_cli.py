@@ -1088,6 +1088,7 @@ def test_inspect_json(cli: Callable[..., Outcome], tmp_path: Path) -> None:
         "failed": {"translate": NO_LANG},
         "skipped": {},
         "progress": {"translate": '{"done": 1}'},
+        "items": {},
         "outputs": {"words": '["the", "cat", "sat"]', "count": "3"},
     }
     without = json.loads(cli("inspect", "run.json", "--json").out)

@@ -50,6 +50,7 @@ HOW_TO_PAGES = (
     "docs/how-to/command-line.md",
     "docs/how-to/watch-a-run.md",
     "docs/how-to/run-steps-elsewhere.md",
+    "docs/how-to/fan-out.md",
 )
 OWNED_PAGES = (
     "docs/index.md",

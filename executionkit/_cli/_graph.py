@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from executionkit._cli._exits import EXIT_OK
 from executionkit._cli._load import load_workflow
 from executionkit._cli._location import DatabaseLocation, parse_location
+from executionkit._cli._maps import map_sources, unfinished_maps
 from executionkit._cli._text import out, say
 from executionkit._conditions import condition_name
 from executionkit._terminal import one_line, show
@@ -49,8 +50,33 @@ def graph_command(args: argparse.Namespace) -> int:
                 f"{', '.join(map(show, unknown))}"
             )
     draw = mermaid if args.format == "mermaid" else dot
-    out(draw(workflow, statuses))
+    notes = None if checkpoint is None else item_notes(workflow, checkpoint)
+    out(draw(workflow, statuses, notes))
     return EXIT_OK
+
+
+def item_notes(workflow: Workflow, checkpoint: WorkflowCheckpoint) -> dict[str, str]:
+    """``3 of 4 items recorded`` for each map of ``workflow`` that ``checkpoint`` has items of."""
+    known = {step.name for step in workflow.steps}
+    return {
+        name: items.text()
+        for name, items in unfinished_maps(checkpoint, workflow).items()
+        if name in known
+    }
+
+
+def _labels(workflow: Workflow, notes: Mapping[str, str] | None) -> list[list[str]]:
+    """The lines of each step's label: its name, ``[map over X]`` for a map, then its note."""
+    maps = map_sources(workflow)
+    labels = []
+    for step in workflow.steps:
+        lines = [_label(step)]
+        if step.name in maps:
+            lines[0] += f" [map over {maps[step.name]}]"
+        if notes is not None and step.name in notes:
+            lines.append(notes[step.name])
+        labels.append(lines)
+    return labels
 
 
 def step_statuses(workflow: Workflow, checkpoint: WorkflowCheckpoint) -> dict[str, str]:
@@ -87,11 +113,22 @@ def _edges(workflow: Workflow) -> list[tuple[int, int]]:
     ]
 
 
-def mermaid(workflow: Workflow, statuses: Mapping[str, str] | None = None) -> str:
-    """The graph as a Mermaid flowchart, steps styled by state when ``statuses`` is given."""
+def mermaid(
+    workflow: Workflow,
+    statuses: Mapping[str, str] | None = None,
+    notes: Mapping[str, str] | None = None,
+) -> str:
+    """The graph as a Mermaid flowchart, steps styled by state when ``statuses`` is given.
+
+    A map step is drawn as a subroutine (``[[...]]``) labelled ``[map over X]``;
+    ``notes`` adds a line to the labels of the steps it names.
+    """
     lines = ["flowchart TD"]
-    for position, step in enumerate(workflow.steps):
-        lines.append(f'    s{position}["{_mermaid_label(_label(step))}"]')
+    maps = map_sources(workflow)
+    for position, label in enumerate(_labels(workflow, notes)):
+        text = "<br/>".join(map(_mermaid_label, label))
+        shape = ("[[", "]]") if workflow.steps[position].name in maps else ("[", "]")
+        lines.append(f'    s{position}{shape[0]}"{text}"{shape[1]}')
     lines.extend(f"    s{dep} --> s{position}" for dep, position in _edges(workflow))
     if statuses is not None:
         for state, style in _MERMAID_STYLES:
@@ -115,16 +152,27 @@ def _mermaid_label(name: str) -> str:
     return text
 
 
-def dot(workflow: Workflow, statuses: Mapping[str, str] | None = None) -> str:
-    """The graph in Graphviz dot, steps filled by state when ``statuses`` is given."""
+def dot(
+    workflow: Workflow,
+    statuses: Mapping[str, str] | None = None,
+    notes: Mapping[str, str] | None = None,
+) -> str:
+    """The graph in Graphviz dot, steps filled by state when ``statuses`` is given.
+
+    A map step is labelled ``[map over X]``; ``notes`` adds a line to the labels
+    of the steps it names.
+    """
     style = "rounded" if statuses is None else "rounded,filled"
     lines = [
         "digraph workflow {",
         "    rankdir=TB;",
         f'    node [shape=box, style="{style}"];',
     ]
-    for position, step in enumerate(workflow.steps):
-        attributes = f'label="{_dot_label(_label(step))}"'
+    for position, (step, label) in enumerate(
+        zip(workflow.steps, _labels(workflow, notes), strict=True)
+    ):
+        text = "\\n".join(map(_dot_label, label))  # dot's own line break, escaped
+        attributes = f'label="{text}"'
         if statuses is not None:
             attributes += f', fillcolor="{_DOT_FILLS[statuses[step.name]]}"'
             if statuses[step.name] == "skipped":

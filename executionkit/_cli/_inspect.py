@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from executionkit._cli._exits import EXIT_OK, CliError
 from executionkit._cli._load import load_workflow
 from executionkit._cli._location import DatabaseLocation, parse_location
+from executionkit._cli._maps import items_text, unfinished_maps
 from executionkit._cli._text import json_document, out, preview
 from executionkit._terminal import one_line, show
 
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._types import TokenUsage
     from executionkit._workflow import Workflow
 
 
@@ -79,6 +81,9 @@ def describe(
     Outputs and progress values appear as previews of at most `PREVIEW_CHARS`
     characters. ``total``, ``pending`` and ``unknown`` are None without a workflow.
     ``skipped`` maps each step a condition skipped to the reason.
+    ``items`` counts the recorded items of each unfinished map step, with their
+    token usage; its ``total`` is known only with the workflow, for a map over a
+    recorded step.
     """
     outputs = checkpoint.outputs
     names = list(outputs)
@@ -102,11 +107,7 @@ def describe(
         "created_at": checkpoint.created_at,
         "metadata": dict(checkpoint.metadata),
         "context_keys": list(checkpoint.context_keys),
-        "cost": {
-            "input_tokens": cost.input_tokens,
-            "output_tokens": cost.output_tokens,
-            "llm_calls": cost.llm_calls,
-        },
+        "cost": _usage(cost),
         "recorded": names,
         "total": total,
         "pending": pending,
@@ -114,6 +115,10 @@ def describe(
         "failed": dict(checkpoint.errors),
         "skipped": dict(checkpoint.skipped),
         "progress": {name: preview(value) for name, value in checkpoint.progress.items()},
+        "items": {
+            name: {"recorded": items.recorded, "total": items.total, "cost": _usage(items.cost)}
+            for name, items in unfinished_maps(checkpoint, workflow).items()
+        },
         "outputs": {name: preview(outputs[name]) for name in names},
     }
 
@@ -155,11 +160,27 @@ def describe_text(summary: Mapping[str, Any]) -> str:
         skips = summary["skipped"].items()
         field("skipped", *(f"{show(name)}: {one_line(reason)}" for name, reason in skips))
     field("progress", *(f"{show(name)}: {p}" for name, p in summary["progress"].items()))
+    if summary["items"]:
+        field("items", *(_items_text(name, items) for name, items in summary["items"].items()))
     outputs = summary["outputs"]
     lines.append("outputs" if outputs else "outputs     (none)")
     width = min(max((len(show(name)) for name in outputs), default=0), 24)
     lines.extend(f"  {show(name):<{width}}  {text}" for name, text in outputs.items())
     return "\n".join(lines)
+
+
+def _usage(cost: TokenUsage) -> dict[str, int]:
+    return {
+        "input_tokens": cost.input_tokens,
+        "output_tokens": cost.output_tokens,
+        "llm_calls": cost.llm_calls,
+    }
+
+
+def _items_text(name: str, items: Mapping[str, Any]) -> str:
+    """``summaries: 3 of 4 items recorded (300 in + 30 out = 330 tokens, 3 LLM calls)``."""
+    counted = items_text(items["recorded"], items["total"])
+    return f"{show(name)}: {counted} ({_usage_text(items['cost'])})"
 
 
 def _usage_text(cost: Mapping[str, int]) -> str:

@@ -104,8 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="show what a checkpoint file holds (imports nothing)",
         description=(
             "Show a checkpoint file: format, run_id, seq, recorded and failed steps,\n"
-            "saved progress, token usage and a preview of each output. Nothing is\n"
-            "imported or executed unless --workflow is given."
+            "saved progress, the items recorded of unfinished map steps, token usage\n"
+            "and a preview of each output. Nothing is imported or executed unless\n"
+            "--workflow is given."
         ),
         epilog=_READ_EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -121,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument(
         "--workflow",
         metavar="MODULE:ATTR",
-        help="import this workflow to show the total and the pending steps",
+        help="import this workflow to show the total, the pending steps and the items of maps",
     )
     inspect.add_argument("--json", action="store_true", help="print a JSON object instead")
 
@@ -129,8 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
         "graph",
         help="print the workflow's dependency graph (Mermaid or Graphviz dot)",
         description=(
-            "Print the steps and their dependencies in declaration order. With\n"
-            "--checkpoint, each step is marked done, failed or pending."
+            "Print the steps and their dependencies in declaration order; a map step\n"
+            "is labelled [map over X]. With --checkpoint, each step is marked done,\n"
+            "failed or pending, and an unfinished map says how many items are recorded."
         ),
         epilog=_READ_EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -15,6 +15,7 @@ from executionkit._cli._exits import (
 )
 from executionkit._cli._load import load_workflow, read_inputs
 from executionkit._cli._location import DatabaseLocation, parse_location
+from executionkit._cli._maps import unfinished_maps
 from executionkit._cli._text import error_text, json_document, out, say
 from executionkit._terminal import show
 
@@ -175,7 +176,11 @@ def _saved(label: str | None, saver: _Saver | None, total: int) -> str:
     last = saver.last
     if last is None:
         return f"nothing was saved to {label}"
+    items = "".join(
+        f", {entry.recorded:,} item{'' if entry.recorded == 1 else 's'} of {show(name)}"
+        for name, entry in unfinished_maps(last, None).items()
+    )
     return (
-        f"checkpoint saved to {label} (seq {last.seq}, {last.step_index} of {total} steps "
-        f"recorded); run again with the same --checkpoint to resume"
+        f"checkpoint saved to {label} (seq {last.seq}, {last.step_index} of {total} steps"
+        f"{items} recorded); run again with the same --checkpoint to resume"
     )
