@@ -1089,6 +1089,7 @@ def test_inspect_json(cli: Callable[..., Outcome], tmp_path: Path) -> None:
         "skipped": {},
         "progress": {"translate": '{"done": 1}'},
         "items": {},
+        "waiting": {},
         "outputs": {"words": '["the", "cat", "sat"]', "count": "3"},
     }
     without = json.loads(cli("inspect", "run.json", "--json").out)

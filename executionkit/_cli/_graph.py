@@ -25,8 +25,16 @@ _MERMAID_STYLES = (
     ("failed", "fill:#ffe3e3,stroke:#c92a2a,color:#5c0011"),
     ("pending", "fill:#f1f3f5,stroke:#868e96,color:#343a40"),
     ("skipped", "fill:#fff9db,stroke:#e67700,stroke-dasharray:5 5,color:#5c3c00"),
+    ("waiting", "fill:#e7f5ff,stroke:#1971c2,stroke-width:3px,color:#0b3d68"),
 )
-_DOT_FILLS = {"done": "#d3f9d8", "failed": "#ffe3e3", "pending": "#f1f3f5", "skipped": "#fff9db"}
+_DOT_FILLS = {
+    "done": "#d3f9d8",
+    "failed": "#ffe3e3",
+    "pending": "#f1f3f5",
+    "skipped": "#fff9db",
+    "waiting": "#e7f5ff",
+}
+_OPTIONAL_STATES = ("skipped", "waiting")  # styled only in graphs that have such steps
 
 
 def graph_command(args: argparse.Namespace) -> int:
@@ -66,13 +74,17 @@ def item_notes(workflow: Workflow, checkpoint: WorkflowCheckpoint) -> dict[str, 
 
 
 def _labels(workflow: Workflow, notes: Mapping[str, str] | None) -> list[list[str]]:
-    """The lines of each step's label: its name, ``[map over X]`` for a map, then its note."""
+    """The lines of each step's label: its name, ``[map over X]`` or ``[ask]``, then its note."""
+    from executionkit._step_kinds import AskStep  # noqa: PLC0415 - only the commands that draw
+
     maps = map_sources(workflow)
     labels = []
     for step in workflow.steps:
         lines = [_label(step)]
         if step.name in maps:
             lines[0] += f" [map over {maps[step.name]}]"
+        elif isinstance(step, AskStep):
+            lines[0] += " [ask]"
         if notes is not None and step.name in notes:
             lines.append(notes[step.name])
         labels.append(lines)
@@ -80,17 +92,24 @@ def _labels(workflow: Workflow, notes: Mapping[str, str] | None) -> list[list[st
 
 
 def step_statuses(workflow: Workflow, checkpoint: WorkflowCheckpoint) -> dict[str, str]:
-    """Each step's state in ``checkpoint``: ``done``, ``failed``, ``skipped`` or ``pending``."""
-    return {
-        step.name: "done"
-        if step.name in checkpoint.outputs
-        else "failed"
-        if step.name in checkpoint.errors
-        else "skipped"
-        if step.name in checkpoint.skipped
-        else "pending"
-        for step in workflow.steps
-    }
+    """Each step's state in ``checkpoint``.
+
+    ``done``, ``failed``, ``skipped``, ``waiting`` (an ask step whose question waits
+    for an answer) or ``pending``.
+    """
+    return {step.name: _status(step.name, checkpoint) for step in workflow.steps}
+
+
+def _status(name: str, checkpoint: WorkflowCheckpoint) -> str:
+    for state, recorded in (
+        ("done", checkpoint.outputs),
+        ("failed", checkpoint.errors),
+        ("skipped", checkpoint.skipped),
+        ("waiting", checkpoint.pending),
+    ):
+        if name in recorded:
+            return state
+    return "pending"
 
 
 def _label(step: Step) -> str:
@@ -132,7 +151,7 @@ def mermaid(
     lines.extend(f"    s{dep} --> s{position}" for dep, position in _edges(workflow))
     if statuses is not None:
         for state, style in _MERMAID_STYLES:
-            if state != "skipped" or "skipped" in statuses.values():
+            if state not in _OPTIONAL_STATES or state in statuses.values():
                 lines.append(f"    classDef {state} {style}")
         for state, _ in _MERMAID_STYLES:
             members = [
@@ -177,6 +196,8 @@ def dot(
             attributes += f', fillcolor="{_DOT_FILLS[statuses[step.name]]}"'
             if statuses[step.name] == "skipped":
                 attributes += ', style="rounded,filled,dashed"'
+            elif statuses[step.name] == "waiting":
+                attributes += ", penwidth=2"
         lines.append(f"    n{position} [{attributes}];")
     lines.extend(f"    n{dep} -> n{position};" for dep, position in _edges(workflow))
     lines.append("}")
