@@ -17,16 +17,24 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import os
 import sys
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from executionkit._errors import BudgetExceeded, WorkflowFailed
-from executionkit._terminal import one_line, show
+from executionkit._progress_parts import PREFIX as _PREFIX
+from executionkit._progress_parts import SHOWN_NAMES as _SHOWN_NAMES
+from executionkit._progress_parts import TENTHS as _TENTHS
+from executionkit._progress_parts import Line as _Line
+from executionkit._progress_parts import MapState as _Map
+from executionkit._progress_parts import count as _count
+from executionkit._progress_parts import duration
+from executionkit._progress_parts import ending_text as _ending_text
+from executionkit._progress_parts import error_text as _error_text
+from executionkit._progress_parts import escaped as _escaped
+from executionkit._progress_parts import is_terminal as _is_terminal
+from executionkit._progress_parts import total_cost as _total_cost
+from executionkit._terminal import one_line
 from executionkit._types import TokenUsage
 from executionkit.events import (
     CheckpointTaken,
@@ -35,9 +43,12 @@ from executionkit.events import (
     ItemFinished,
     ItemStarted,
     MapStarted,
+    QuestionAnswered,
+    QuestionAsked,
     RunFailed,
     RunFinished,
     RunStarted,
+    RunSuspended,
     StepFailed,
     StepFinished,
     StepInvalidated,
@@ -48,17 +59,13 @@ from executionkit.events import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
 __all__ = ["ConsoleProgress"]
 
-_PREFIX = "executionkit"
-_SHOWN_RUNNING = 3
-_MESSAGE_CHARS = 120
+_duration = duration  # as the status shows seconds; tests read it here
 _SHOWN_ITEM_FAILURES = 3  # per map: the first failures get a line each, then one line says more
 _LIVE_EVERY = 0.1  # seconds: item events redraw the live line at most this often
-_PLAIN_EVERY = 30.0  # seconds: in plain lines, a running map's count at least this often
-_TENTHS = 10  # in plain lines, a running map's count each time another tenth is recorded
 
 
 class ConsoleProgress:
@@ -66,12 +73,19 @@ class ConsoleProgress:
 
     It counts steps done (restored from the checkpoint or finished in this
     call) out of all steps, the steps running now (by name, in the order they
-    started), the steps that failed, the time since the run started and the
-    tokens spent, restored usage included. A step a condition skipped counts
+    started), the ask steps (`Step.ask`) waiting for an answer, the steps that
+    failed, the time since the run started and the tokens spent, restored usage
+    included. A step a condition skipped counts
     as done, and the status says how many were skipped in this call. A status
     reads like this:
 
         executionkit 12/40 done, 2 running (fetch, rank), 1 failed, 1m02s, 12,345 tokens in 8 calls
+
+    A question asked gets a line of its own (``approve is waiting for an answer``,
+    with its deadline if it has one), and the status then names the steps
+    ``waiting for: approve``. An answer counts its step as done. A run that
+    suspends, because nothing else can run until questions are answered, ends
+    with ``run ... suspended`` and the status, not with a failure.
 
     While a map step (`Step.map`) runs, the status counts its items too,
     restored ones included: ``summaries: 412/1,000 items (2 failed)``. Items
@@ -87,7 +101,8 @@ class ConsoleProgress:
     above it, and the run's last event replaces it with a summary line ending
     in a newline. In plain mode every message is a line of its own: the run
     starting, each step invalidated, finished, skipped, retried or failed (with the
-    status after it), and a summary when the run finishes or fails.
+    status after it), each question asked or answered, and a summary when the run
+    finishes, fails or suspends.
 
     The line only changes when an event arrives: during a long step the
     elapsed time stands still. One instance follows one run at a time; a new
@@ -128,6 +143,7 @@ class ConsoleProgress:
         self._started: float | None = None
         self._maps: dict[str, _Map] = {}  # running map steps, in the order they found items
         self._items: dict[tuple[str, str], float] = {}  # running items -> first attempt began
+        self._waiting: dict[str, None] = {}  # ask steps waiting for an answer, as asked
 
     # --- the callback ---------------------------------------------------------------------
 
@@ -141,6 +157,8 @@ class ConsoleProgress:
             self._run_id = event.run_id
         if isinstance(event, (MapStarted, ItemStarted, ItemFinished, ItemFailed)):
             line = self._apply_item(event, now)
+        elif isinstance(event, (QuestionAsked, QuestionAnswered, RunSuspended)):
+            line = self._apply_question(event)
         else:
             line = self._apply(event, now)
         if self._live:
@@ -203,6 +221,24 @@ class ConsoleProgress:
                 text = f"{_PREFIX}: run {self._run_id} {ending}"
                 line = _Line(text, status=True, final=True)
         return line  # CheckpointTaken and any later kinds: the status only
+
+    def _apply_question(self, event: QuestionAsked | QuestionAnswered | RunSuspended) -> _Line:
+        """An ask step waiting for an answer, then answered; or the run suspended for some."""
+        if isinstance(event, QuestionAsked):
+            self._running.pop(event.step, None)
+            self._waiting[event.step] = None
+            until = "" if event.expires_at is None else f" until {event.expires_at}"
+            return _Line(f"{_PREFIX}: {event.step} is waiting for an answer{until}", status=True)
+        if isinstance(event, QuestionAnswered):
+            self._waiting.pop(event.step, None)
+            self._done.add(event.step)
+            return _Line(f"{_PREFIX}: {event.step} answered", status=True, notable=False)
+        self._running.clear()
+        self._maps.clear()
+        self._waiting = dict.fromkeys(event.pending)
+        self._cost = event.cost
+        text = f"{_PREFIX}: run {self._run_id} suspended"
+        return _Line(text, status=True, final=True)
 
     def _step_not_done(self, event: StepSkipped | StepFailed, now: float) -> _Line:
         """A step that ended without an output: skipped by a condition, or failed."""
@@ -301,15 +337,13 @@ class ConsoleProgress:
         if self._skipped:
             parts[0] += f" ({len(self._skipped)} skipped)"
         if self._running:
-            names = list(self._running)
-            shown = ", ".join(names[:_SHOWN_RUNNING])
-            if len(names) > _SHOWN_RUNNING:
-                shown += f", +{len(names) - _SHOWN_RUNNING} more"
-            parts.append(f"{len(names)} running ({shown})")
+            parts.append(f"{len(self._running)} running ({_names(self._running)})")
         parts.extend(
             f"{name}: {state.items_text()}"
-            for name, state in list(self._maps.items())[:_SHOWN_RUNNING]
+            for name, state in list(self._maps.items())[:_SHOWN_NAMES]
         )
+        if self._waiting:
+            parts.append(f"waiting for: {_names(self._waiting)}")
         if self._failed:
             parts.append(f"{len(self._failed)} failed")
         parts.append(_duration(0.0 if self._started is None else now - self._started))
@@ -360,118 +394,10 @@ class ConsoleProgress:
         self._stream.flush()
 
 
-@dataclass(slots=True)
-class _Map:
-    """A running map step's items, as its events told them."""
-
-    items: int
-    recorded: int
-    failed: int = 0
-    said: int = 0  # tenths of the items recorded when plain lines last gave the count
-    said_at: float = 0.0  # when they did (or when the map found its items)
-
-    def items_text(self) -> str:
-        """``412/1,000 items (2 failed)``."""
-        text = f"{self.recorded:,}/{self.items:,} items"
-        return f"{text} ({self.failed:,} failed)" if self.failed else text
-
-    def progress_line(self, now: float) -> _Line | None:
-        """A status line for plain mode once another tenth is recorded, or time has passed."""
-        if not self.items or self.recorded >= self.items:
-            return None  # the step's own line follows
-        tenths = self.recorded * _TENTHS // self.items
-        if tenths <= self.said and now - self.said_at < _PLAIN_EVERY:
-            return None
-        self.said = max(self.said, tenths)
-        self.said_at = now
-        return _Line("", notable=False)
-
-
-class _Line(NamedTuple):
-    """What to say about one event (an empty text: the status alone)."""
-
-    text: str
-    status: bool = False  # followed by the status (in plain lines, and always when final)
-    notable: bool = True  # a line of its own in live mode too
-    final: bool = False  # the run's last word: replaces the live line for good
-
-
-def _is_terminal(stream: TextIO) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, OSError, ValueError):  # closed or file-like without isatty
-        return False
-
-
-def _duration(seconds: float) -> str:
-    """``0.4s`` and ``9.9s`` under ten seconds, then ``42s``, ``1m02s``, ``2h05m09s``."""
-    seconds = max(0.0, seconds)
-    if seconds < 10:  # noqa: PLR2004 - tenths where they matter
-        return f"{math.floor(seconds * 10) / 10:.1f}s"
-    whole = int(seconds)
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m{secs:02d}s"
-    if minutes:
-        return f"{minutes}m{secs:02d}s"
-    return f"{secs}s"
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number:,} {noun}" if number == 1 else f"{number:,} {noun}s"
-
-
-def _error_text(error: BaseException) -> str:
-    """``ValueError: bad input``: the first line of the message, cut to a readable length."""
-    lines = str(error).strip().splitlines()
-    first = lines[0] if lines else ""
-    if len(first) > _MESSAGE_CHARS:
-        first = first[: _MESSAGE_CHARS - 3] + "..."
-    name = type(error).__name__
-    return f"{name}: {first}" if first else name
-
-
-def _ending_text(error: BaseException) -> str:
-    """How the run ended, for the summary line."""
-    if isinstance(error, BudgetExceeded):
-        return "stopped: budget reached"
-    if isinstance(error, WorkflowFailed):
-        return "failed: WorkflowFailed"
-    if not isinstance(error, Exception):  # CancelledError, KeyboardInterrupt, SystemExit
-        return f"interrupted: {type(error).__name__}"
-    return f"failed: {_error_text(error)}"
-
-
-def _total_cost(error: BaseException, fallback: TokenUsage) -> TokenUsage:
-    """The run's total usage, restored usage included, where the error carries it."""
-    if isinstance(error, BudgetExceeded):
-        return error.usage
-    if isinstance(error, WorkflowFailed):
-        return error.checkpoint.cost
-    return fallback
-
-
-def _escaped(event: Event) -> Event:
-    """``event`` with its names shown as `show` shows them, its other text on one line.
-
-    Names are escaped, not just their line breaks, because the live line's own
-    carriage returns and newlines must be the only ones on the stream. `show` never
-    shows two names alike, so the counts by name stay right.
-    """
-    changes: dict[str, Any] = {}
-    if not event.run_id.isprintable():
-        changes["run_id"] = one_line(event.run_id)
-    step = getattr(event, "step", None)
-    if isinstance(step, str) and show(step) != step:
-        changes["step"] = show(step)
-    item = getattr(event, "item", None)
-    if isinstance(item, str) and show(item) != item:
-        changes["item"] = show(item)
-    reason = getattr(event, "reason", None)
-    if isinstance(reason, str) and not reason.isprintable():
-        changes["reason"] = one_line(reason)
-    recorded = getattr(event, "recorded", None)
-    if isinstance(recorded, tuple) and any(show(name) != name for name in recorded):
-        changes["recorded"] = tuple(show(name) for name in recorded)
-    return dataclasses.replace(event, **changes) if changes else event
+def _names(names: Iterable[str]) -> str:
+    """``a, b, c, +2 more``: the first few names, in order, and how many more there are."""
+    shown = list(names)
+    text = ", ".join(shown[:_SHOWN_NAMES])
+    if len(shown) > _SHOWN_NAMES:
+        text += f", +{len(shown) - _SHOWN_NAMES} more"
+    return text
