@@ -8,8 +8,11 @@ first one it breaks:
 - **nothing saved**: loading from empty storage returns ``None``.
 - **round trip**: what ``load()`` returns equals the checkpoint saved (compared
   through `WorkflowCheckpoint.to_dict`): the first of a run, a finished run's,
-  a failed run's with ``errors`` and ``progress``, and one read back with
-  `WorkflowCheckpoint.from_dict` (whose ``new_outputs`` is empty).
+  a failed run's with ``errors`` and ``progress``, one read back with
+  `WorkflowCheckpoint.from_dict` (whose ``new_outputs`` is empty), one with
+  every field format 3 adds for steps without an output (the recorded items of
+  an unfinished map, a skipped step, a question waiting for an answer with its
+  deadline), and one with sub-workflow checkpoints in ``children``.
 - **latest wins**: after saving ``seq`` 1, 2, 3, 4 of a run, ``load()`` returns
   each one just saved.
 - **stale writer**: after seq 3, saving seq 2 again, or another worker's
@@ -18,8 +21,10 @@ first one it breaks:
   still accepted.
 - **same checkpoint twice**: saving a checkpoint again (or an equal copy) does
   not raise and changes nothing.
-- **resumed run**: the checkpoints of a run resumed after a failure, and of one
-  resumed with ``rerun`` (which drops recorded outputs), each load back equal.
+- **resumed run**: the checkpoints of a run resumed after a failure, of one
+  resumed with ``rerun`` (which drops recorded outputs), and of one resumed with
+  the answer to its question (which drops the question, then the map's items),
+  each load back equal.
 
 Two more properties are opt-in, because not every correct store has them:
 
@@ -35,8 +40,9 @@ Two more properties are opt-in, because not every correct store has them:
 
 The checkpoints are real: the kit runs a small workflow (a diamond with token
 usage, metadata, a versioned step, unicode and nested outputs, a step that
-saves progress and fails) with a list as ``checkpoint_fn``, so ``seq``,
-``run_id`` and ``new_outputs`` are what `Workflow.run` produces. Every
+saves progress and fails; and a map, a condition and a question) with a list
+as ``checkpoint_fn``, so ``seq``, ``run_id``, ``new_outputs`` and ``new_items``
+are what `Workflow.run` produces. Every
 checkpoint has the run_id `RUN_ID`, so a store keyed by run can load it.
 
 Example, for a store that keeps each run's checkpoint as JSON in a dict:
@@ -105,7 +111,7 @@ def check_store(
     """Check that a store behaves as resuming relies on; raise on the first broken property.
 
     The properties are listed in this module's documentation. ``make_store``
-    is called once per scenario (about ten times) and must return the
+    is called once per scenario (about a dozen times) and must return the
     ``(save, load)`` pair of a store over fresh, empty storage each time: a
     new file in a temporary folder, a new key prefix, an emptied table.
     ``save`` is a ``checkpoint_fn``; ``load()`` takes no arguments and returns

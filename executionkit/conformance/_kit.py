@@ -148,6 +148,11 @@ class Kit:
             ("a finished run's checkpoint", samples.run[-1]),
             ("a failed run's checkpoint (with errors and progress)", samples.failed[-1]),
             ("a checkpoint read back with from_dict (empty new_outputs)", samples.copy),
+            (
+                "a checkpoint with map items, a skipped step and a question waiting for an answer",
+                samples.waiting[-1],
+            ),
+            ("a checkpoint with sub-workflow checkpoints in children", samples.children),
         )
         for label, checkpoint in cases:
             save, load = self.fresh(ROUND_TRIP)
@@ -224,6 +229,9 @@ class Kit:
         save, load = self.fresh(name)
         await self.save_all(name, save, load, samples.run, "a run")
         await self.save_all(name, save, load, samples.rerun, "that run resumed with rerun=['c']")
+        save, load = self.fresh(name)
+        await self.save_all(name, save, load, samples.waiting, "a run waiting for an answer")
+        await self.save_all(name, save, load, samples.answered, "that run resumed with the answer")
 
     async def constant_cost(self) -> None:
         name = CONSTANT_COST

@@ -7,7 +7,9 @@ from typing import Any
 from executionkit._checkpoint import WorkflowCheckpoint
 
 _PREVIEW_CHARS = 80
-_ORDER = ("run_id", "seq", "step_index", "outputs")
+# Most telling first: what was recorded, then what format 3 records of steps without an
+# output (which step_info describes too, so a store dropping them differs there as well).
+_ORDER = ("run_id", "seq", "step_index", "outputs", "skipped", "items", "pending", "children")
 
 
 def preview(value: object) -> str:

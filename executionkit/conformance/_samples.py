@@ -49,6 +49,64 @@ def _workflow(*, variant: str = "", fail: bool = False) -> Workflow:
     )
 
 
+def _never(_ctx: Any) -> bool:
+    return False
+
+
+def _questions(*, broken: bool = False) -> Workflow:
+    """What format 3 records: a map's items, a skipped step, a question waiting for an answer.
+
+    ``split`` gives three chunks; ``summaries`` maps over them (``c`` fails when
+    ``broken``); ``shortcut`` is skipped by its condition; ``approve`` asks a person
+    about the plan; ``publish`` needs the answer and the summaries.
+    """
+
+    def summarise(chunk: str, _ctx: Any) -> PatternResult[str]:
+        if broken and chunk == "c":
+            msg = "the model timed out on c"
+            raise RuntimeError(msg)
+        return PatternResult(f"summary of {chunk} ✓", cost=TokenUsage(40, 8, 1))
+
+    return Workflow(
+        [
+            Step("split", lambda _ctx: ["a", "b", "c"]),
+            Step.map("summaries", summarise, over="split", max_concurrency=1, version="v2"),
+            Step("shortcut", lambda _ctx: "never", depends_on=("split",), when=_never),
+            Step.ask(
+                "approve",
+                lambda ctx: {"plan": ctx["split"], "note": "Grüße, 世界"},
+                depends_on=("split",),
+                expires_after=7 * 24 * 3600,
+            ),
+            Step(
+                "publish",
+                lambda ctx: {"answer": ctx["approve"], "summaries": ctx["summaries"]},
+                depends_on=("approve", "summaries"),
+            ),
+        ]
+    )
+
+
+def _with_children(
+    checkpoint: WorkflowCheckpoint, child: WorkflowCheckpoint
+) -> WorkflowCheckpoint:
+    """``checkpoint`` with two sub-workflows in progress: one step's, and a map's items."""
+    data = checkpoint.to_dict()
+    child_data = child.to_dict()
+    data["step_info"] = {
+        **data["step_info"],
+        "research": {"version": None, "depends_on": ["split"], "kind": "workflow"},
+        "per_chunk": {"version": "v1", "depends_on": ["split"], "kind": "workflow"},
+    }
+    data["children"] = {
+        "research": {"checkpoint": child_data},
+        "per_chunk": {
+            "items": {"0": child_data, "1": {**child_data, "run_id": f"{RUN_ID}/per_chunk/1"}}
+        },
+    }
+    return WorkflowCheckpoint.from_dict(data)
+
+
 async def _run(
     workflow: Workflow, resume_from: WorkflowCheckpoint | None = None, **options: Any
 ) -> tuple[WorkflowCheckpoint, ...]:
@@ -73,6 +131,9 @@ class Samples:
     resumed: tuple[WorkflowCheckpoint, ...]  # resumed from failed[-1], finishes
     rerun: tuple[WorkflowCheckpoint, ...]  # resumed from run[-1] with rerun=["c"]
     copy: WorkflowCheckpoint  # run[-1] after to_dict, json and from_dict
+    waiting: tuple[WorkflowCheckpoint, ...]  # format 3: items, a skip, a question; then fails
+    answered: tuple[WorkflowCheckpoint, ...]  # resumed from waiting[-1] with the answer
+    children: WorkflowCheckpoint  # waiting[-1] with sub-workflow checkpoints in ``children``
     chain: tuple[WorkflowCheckpoint, ...]  # a long chain of Counted outputs (incremental)
     workers: tuple[tuple[WorkflowCheckpoint, ...], ...]  # each writer's seq 1-4 (writers)
 
@@ -84,12 +145,31 @@ class Samples:
         resumed = await _run(_workflow(), failed[-1])
         rerun = await _run(_workflow(variant=" (rerun)"), run[-1], rerun=["c"])
         copy = WorkflowCheckpoint.from_dict(json.loads(json.dumps(run[-1].to_dict())))
+        waiting = await _run(_questions(broken=True), on_error="continue")
+        answered = await _run(_questions(), waiting[-1], answers={"approve": {"ok": True}})
+        research: list[WorkflowCheckpoint] = []
+        await Workflow([Step("search", lambda _ctx: ["a", "b"])]).run(
+            checkpoint_fn=research.append, run_id=f"{RUN_ID}/research"
+        )
+        children = _with_children(waiting[-1], research[-1])
         chain = await _run(_chain(CHAIN_LENGTH)) if incremental else ()
         workers = [run]
         for number in range(1, writers):
             fork = await _run(_workflow(variant=f" (worker {number})"), run[1])
             workers.append((*run[:2], *fork[:2]))
-        return cls(run, sibling, failed, resumed, rerun, copy, chain, tuple(workers[:writers]))
+        return cls(
+            run,
+            sibling,
+            failed,
+            resumed,
+            rerun,
+            copy,
+            waiting,
+            answered,
+            children,
+            chain,
+            tuple(workers[:writers]),
+        )
 
 
 CHAIN_LENGTH = 60
