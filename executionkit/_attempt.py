@@ -109,7 +109,17 @@ class InContext:
                 error = exc
 
 
-class Landing(ItemLanding, ChildLanding, Protocol):
+class KindLanding(ItemLanding, ChildLanding, Protocol):
+    """Where map items, child checkpoints and questions go (`executionkit._kinds.Kinds`)."""
+
+    def asking(self, position: int) -> bool:
+        """Whether the ask step at ``position`` must ask (it has no pending question)."""
+        ...
+
+    def landed_question(self, position: int, question: object) -> None: ...
+
+
+class Landing(Protocol):
     """What a run is told about each step: how it ended, and that it is over."""
 
     cancelling: bool
@@ -122,12 +132,6 @@ class Landing(ItemLanding, ChildLanding, Protocol):
     def landed_interrupt(self, error: BaseException) -> None: ...
 
     def landed_unfinished(self, position: int) -> None: ...
-
-    def asking(self, position: int) -> bool:
-        """Whether the ask step at ``position`` must ask (it has no pending question)."""
-        ...
-
-    def landed_question(self, position: int, question: object) -> None: ...
 
     def finished(self, position: int) -> None: ...
 
@@ -142,6 +146,7 @@ class Attempts:
         "_executor",
         "_graph",
         "_host",
+        "_kinds",
         "_landing",
         "_outputs",
         "_run_id",
@@ -160,6 +165,7 @@ class Attempts:
         announcer: Announcer,
         caller_context: contextvars.Context,
         landing: Landing,
+        kinds: KindLanding,
     ) -> None:
         """Run steps of ``graph`` reading ``context`` and the recorded ``outputs``."""
         self._graph = graph
@@ -171,6 +177,7 @@ class Attempts:
         self._announcer = announcer
         self._caller_context = caller_context
         self._landing = landing
+        self._kinds = kinds
         # Steps that are not called as they are: maps (per item) and asks (a question).
         self._special = graph.maps | graph.asks | graph.workflows
 
@@ -188,13 +195,13 @@ class Attempts:
             if position in self._special:
                 graph = self._graph
                 if position in graph.asks:
-                    if landing.asking(position):
-                        landing.landed_question(position, step.run(view))
+                    if self._kinds.asking(position):
+                        self._kinds.landed_question(position, step.run(view))
                     return
                 if position in graph.maps:
                     result = await self._map(position, step, view)
                 else:
-                    result = await run_child(landing, position, step.run, view)  # type: ignore[arg-type]
+                    result = await run_child(self._kinds, position, step.run, view)  # type: ignore[arg-type]
             elif returned is not None:
                 result = await returned
             elif step.retries or step.timeout is not None:
@@ -279,7 +286,7 @@ class Attempts:
         """Run the items of the map step at ``position`` (see `executionkit._map.drive`)."""
         assert isinstance(step, MapStep)  # noqa: S101 - Graph.maps holds only those
         item = partial(self._item, position, step, view)
-        return await drive(position, step, view, item, self._landing)
+        return await drive(position, step, view, item, self._kinds)
 
     def _call_item(self, position: int, step: Step, view: ContextView, item: Any) -> Any:
         """Call a map's function on one item; a plain one goes to the run's executor."""
@@ -301,7 +308,7 @@ class Attempts:
         """Run one item of a map: its attempts, each with its `StepContext`."""
         if position in self._graph.workflows:
             context = {**view, "item": item, "item_key": key}
-            return await run_child(self._landing, position, step.run, context, key)  # type: ignore[arg-type]
+            return await run_child(self._kinds, position, step.run, context, key)  # type: ignore[arg-type]
         return await self._attempts(
             step, partial(self._call_item, position, step, view, item), StepContext, (key,)
         )
