@@ -189,6 +189,7 @@ class Attempts:
         """
         landing = self._landing
         step = self._graph.steps[position]
+        run: Any = step.run  # a function here, but for sub-workflows (in _special)
         view = ContextView(self._graph, position, self._context, self._outputs)
         result: Any
         try:
@@ -196,12 +197,12 @@ class Attempts:
                 graph = self._graph
                 if position in graph.asks:
                     if self._kinds.asking(position):
-                        self._kinds.landed_question(position, step.run(view))
+                        self._kinds.landed_question(position, run(view))
                     return
                 if position in graph.maps:
                     result = await self._map(position, step, view)
                 else:
-                    result = await run_child(self._kinds, position, step.run, view)  # type: ignore[arg-type]
+                    result = await run_child(self._kinds, position, run, view)
             elif returned is not None:
                 result = await returned
             elif step.retries or step.timeout is not None:
@@ -214,9 +215,7 @@ class Attempts:
                 token = CURRENT_STEP.set((self._host, step.name, self._run_id, 1, 1))
                 try:
                     executor = self._executor
-                    result = (
-                        step.run(view) if executor is None else self._call(position, step, view)
-                    )
+                    result = run(view) if executor is None else self._call(position, step, view)
                     if type(result) is CoroutineType or inspect.isawaitable(result):
                         result = await result
                 finally:
@@ -270,16 +269,17 @@ class Attempts:
     def _call(self, position: int, step: Step, view: ContextView) -> Any:
         """Call the step's function; a plain one goes to the executor if the run has one."""
         executor = self._executor
+        run: Any = step.run  # a function: sub-workflows never get here
         if executor is None or position not in self._graph.plain:
-            return step.run(view)
+            return run(view)
         loop = asyncio.get_running_loop()
         if isinstance(executor, ThreadPoolExecutor):
             # A thread can run in a copy of this context: current_step() works there.
-            work = loop.run_in_executor(executor, contextvars.copy_context().run, step.run, view)
+            work = loop.run_in_executor(executor, contextvars.copy_context().run, run, view)
         else:
             # Processes and cluster workers get what can be pickled: the function and a
             # plain dict of its ctx.
-            work = loop.run_in_executor(executor, step.run, dict(view))
+            work = loop.run_in_executor(executor, run, dict(view))
         return _finish_elsewhere(work)
 
     async def _map(self, position: int, step: Step, view: ContextView) -> MapDone:

@@ -154,10 +154,12 @@ class Kinds:
         }
         return record.child_checkpoint(name, key), inherited
 
-    def child_saved(self, position: int, key: str | None, checkpoint: WorkflowCheckpoint) -> None:
-        """A checkpoint of a child: it goes into the record, and the run is checkpointed."""
+    def child_saved(
+        self, position: int, key: str | None, checkpoint: WorkflowCheckpoint
+    ) -> asyncio.Future[None]:
+        """A checkpoint of a child: into the record; resolves once the run is checkpointed."""
         self._record.child_saved(self._record.graph.names[position], key, checkpoint)
-        self._checkpointer.save_soon(asyncio.get_running_loop())
+        return self._checkpointer.save_soon(asyncio.get_running_loop())
 
     def child_finished(self, position: int, key: str | None, cost: TokenUsage) -> None:
         """A child completed with total ``cost``."""
