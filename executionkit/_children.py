@@ -3,8 +3,9 @@
 The child runs as a run of its own, with the parent step's ``ctx`` (plus
 ``item`` and ``item_key`` in a map) as its initial context. Its checkpoints are
 not stored by themselves: each one is handed to the parent's record, which
-keeps it under the step in ``children`` and has the parent checkpointed, so a
-crash inside a child loses at most the child's steps in flight. Its token
+keeps it under the step in ``children`` and has the parent checkpointed; the
+child goes on once that is done, so a crash inside a child loses at most the
+child's steps in flight. Its token
 usage is counted once, in the parent's total, as the child spends it.
 """
 
@@ -16,6 +17,7 @@ from executionkit._errors import BudgetExceeded
 from executionkit._map import Unfinished
 
 if TYPE_CHECKING:
+    import asyncio
     from collections.abc import Mapping
 
     from executionkit._checkpoint import WorkflowCheckpoint
@@ -32,8 +34,10 @@ class ChildLanding(Protocol):
         """The child's checkpoint to resume from, and the run options it inherits."""
         ...
 
-    def child_saved(self, position: int, key: str | None, checkpoint: WorkflowCheckpoint) -> None:
-        """A checkpoint of the child: keep it, count its new spending, save the parent."""
+    def child_saved(
+        self, position: int, key: str | None, checkpoint: WorkflowCheckpoint
+    ) -> asyncio.Future[None]:
+        """Keep the child's checkpoint, count its new spending; resolves once saved."""
         ...
 
     def child_finished(self, position: int, key: str | None, cost: TokenUsage) -> None:
@@ -56,8 +60,9 @@ async def run_child(
     """Run (or resume) the child of the step at ``position``; return its outputs as a dict."""
     resume, options = landing.child_start(position, key)
 
-    def saved(checkpoint: WorkflowCheckpoint) -> None:
-        landing.child_saved(position, key, checkpoint)
+    def saved(checkpoint: WorkflowCheckpoint) -> asyncio.Future[None]:
+        # Awaited by the child: it goes on once its progress is in the parent's store.
+        return landing.child_saved(position, key, checkpoint)
 
     try:
         result = await workflow.run(

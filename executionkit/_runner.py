@@ -26,29 +26,21 @@ from executionkit._aio import wait_through
 from executionkit._announcer import Announcer
 from executionkit._attempt import Attempts, InContext
 from executionkit._checkpointer import Checkpointer
-from executionkit._children import child_run_id
 from executionkit._conditions import Conditions
+from executionkit._kinds import Kinds
 from executionkit._record import Record
-from executionkit._types import TokenUsage
 from executionkit.events import (
-    ItemFailed,
-    ItemFinished,
-    ItemStarted,
-    MapStarted,
-    QuestionAsked,
     RunFailed,
     RunFinished,
     RunSuspended,
     StepFailed,
     StepFinished,
-    StepSkipped,
     StepStarted,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection
+    from collections.abc import Callable
 
-    from executionkit._checkpoint import WorkflowCheckpoint
     from executionkit._graph import Graph
     from executionkit._options import RunOptions
     from executionkit._result import WorkflowResult
@@ -71,6 +63,10 @@ class Run:
         self._checkpointer = Checkpointer(
             record, options.checkpoint_fn, announcer, caller_context, self._cancel_running
         )
+        # Steps a condition may skip are decided just before they would start.
+        self._conditions = Conditions(graph, options.context, record.outputs, record.skipped)
+        self._deciding = self._conditions.deciding
+        self._kinds = Kinds(record, options, announcer, self._checkpointer, self, self._conditions)
         self._attempts = Attempts(
             graph,
             context=options.context,
@@ -81,10 +77,10 @@ class Run:
             announcer=announcer,
             caller_context=caller_context,
             landing=self,
+            kinds=self._kinds,
         )
         self._run_id = record.run_id
-        self._on_error = self.on_error = options.on_error
-        self.item_limit = options.max_concurrency
+        self._on_error = options.on_error
         # Whether a map stopped with items left (the budget, or the run stopping).
         self._unfinished = False
         self._budget = options.budget
@@ -97,9 +93,6 @@ class Run:
             and options.checkpoint_fn is not None
         )
         done = {graph.index[name] for name in (*record.outputs, *record.skipped)}
-        # Steps a condition may skip are decided just before they would start.
-        self._conditions = Conditions(graph, options.context, record.outputs, record.skipped)
-        self._deciding = self._conditions.deciding
         # Batch mode follows the graph's precomputed levels while every step completes.
         self._frontier = Frontier(graph, done, planned=not self._eager)
         self._limit = options.max_concurrency
@@ -270,7 +263,7 @@ class Run:
         tasked = False
         while pending and self._may_start():
             position = take()
-            if position in deciding and not self._decide(position):
+            if position in deciding and not self._kinds.decide(position):
                 continue
             if position in inline and not tasked:
                 self._run_inline(position)
@@ -321,7 +314,7 @@ class Run:
         own. Only `asyncio.current_task()` differs: it is the run's task. A
         cancellation of the run goes on to `_exit` once the step has landed.
         """
-        if position in self._deciding and not self._decide(position):
+        if position in self._deciding and not self._kinds.decide(position):
             return
         self._running += 1
         if self._observed:
@@ -333,29 +326,6 @@ class Run:
             # Cancelled while a step that cannot be interrupted (one in an executor)
             # finished anyway: its output is recorded, then the cancellation goes on.
             self._interrupt = asyncio.CancelledError()
-
-    def _decide(self, position: int) -> bool:
-        """Whether the step at ``position`` runs; if not, its skip or failure has landed.
-
-        A skip lands like an output, synchronously: it completes the step for the
-        frontier at the next merge and is in the next checkpoint. A condition
-        that raises fails the step as the step raising would.
-        """
-        try:
-            reason = self._conditions.reason_to_skip(position)
-        except Exception as exc:  # noqa: BLE001 - a failing condition fails its step
-            self.landed_error(position, exc)
-            return False
-        except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt, SystemExit, ...
-            self.landed_interrupt(exc)
-            return False
-        if reason is None:
-            return True
-        self._record.skip(position, reason)
-        if self._observed:
-            name = self._graph.names[position]
-            self._announcer.emit(StepSkipped(self._run_id, name, reason))
-        return False
 
     def landed_result(self, position: int, result: Any) -> None:
         """The step at ``position`` returned ``result``: hold it for the next merge."""
@@ -381,114 +351,11 @@ class Run:
         if self._on_error == "cancel":
             self._cancel_running()
 
-    # --- the items of map steps (see executionkit._map) -----------------------------------
-
-    def recorded_items(self, position: int) -> Collection[str]:
-        """The keys of the items of the map at ``position`` recorded so far."""
-        entry = self._record.items.get(self._graph.names[position])
-        return () if entry is None else entry.log.index
-
-    def map_started(self, position: int, items: int, recorded: int) -> None:
-        """The map at ``position`` found its items."""
-        if self._observed:
-            name = self._graph.names[position]
-            self._announcer.emit(MapStarted(self._run_id, name, items, recorded))
-
-    def item_started(self, position: int, key: str) -> None:
-        """An item of the map at ``position`` starts."""
-        if self._observed:
-            self._announcer.emit(ItemStarted(self._run_id, self._graph.names[position], key, 1))
-
     def may_start_item(self) -> bool:
         """Whether a map may start another item (the run is not stopping, nor over budget)."""
         return self._may_start_more() and (
             self._interrupt is None and self._checkpointer.storage_error is None
         )
-
-    def landed_item(self, position: int, key: str, result: Any, began: float) -> Exception | None:
-        """Record an item's output and have it checkpointed; return why not if it cannot be."""
-        record = self._record
-        cost, error = record.land_item(position, key, result)
-        if error is not None:
-            self.item_failed(position, key, error, began)
-            return error
-        self._checkpointer.save_soon(asyncio.get_running_loop())
-        if self._observed:
-            name = self._graph.names[position]
-            done = len(record.items[name].log)
-            duration = time.perf_counter() - began
-            self._announcer.emit(ItemFinished(self._run_id, name, key, duration, cost, done))
-        return None
-
-    def item_failed(self, position: int, key: str, error: Exception, began: float) -> None:
-        """An item of the map at ``position`` failed (after its retries)."""
-        if self._observed:
-            name = self._graph.names[position]
-            duration = time.perf_counter() - began
-            self._announcer.emit(ItemFailed(self._run_id, name, key, duration, error))
-
-    # --- sub-workflows (see executionkit._children) ----------------------------------------
-
-    def child_start(
-        self, position: int, key: str | None
-    ) -> tuple[WorkflowCheckpoint | None, dict[str, Any]]:
-        """The child's checkpoint to resume from, and the options it runs with."""
-        record = self._record
-        name = self._graph.names[position]
-        options = self._options
-        budget = options.budget
-        if budget is not None:
-            # What the rest of the run has not spent of each limit (0 stays "no limit").
-            elsewhere = record.cost - record.child_spent(name, key)
-            budget = TokenUsage(
-                *(
-                    0 if limit == 0 else max(1, limit - used)
-                    for limit, used in (
-                        (budget.input_tokens, elsewhere.input_tokens),
-                        (budget.output_tokens, elsewhere.output_tokens),
-                        (budget.llm_calls, elsewhere.llm_calls),
-                    )
-                )
-            )
-        inherited = {
-            "run_id": child_run_id(self._run_id, name, key),
-            "on_error": options.on_error,
-            "budget": budget,
-            "validate_json": options.validate_json,
-            "schedule": options.schedule,
-            "max_concurrency": options.max_concurrency,
-            "on_event": options.on_event,
-            "executor": options.executor,
-            "checkpoint_every": "step",
-        }
-        return record.child_checkpoint(name, key), inherited
-
-    def child_saved(self, position: int, key: str | None, checkpoint: WorkflowCheckpoint) -> None:
-        """A checkpoint of a child: it goes into the record, and the run is checkpointed."""
-        self._record.child_saved(self._graph.names[position], key, checkpoint)
-        self._checkpointer.save_soon(asyncio.get_running_loop())
-
-    def child_finished(self, position: int, key: str | None, cost: TokenUsage) -> None:
-        """A child completed with total ``cost``."""
-        self._record.child_finished(self._graph.names[position], key, cost)
-
-    # --- questions (Step.ask) -------------------------------------------------------------
-
-    def asking(self, position: int) -> bool:
-        """Whether the ask step at ``position`` has yet to ask (no question is pending)."""
-        return self._graph.names[position] not in self._record.pending
-
-    def landed_question(self, position: int, question: object) -> None:
-        """The ask step at ``position`` asked ``question``: record it as pending."""
-        try:
-            entry = self._record.ask(position, question)
-        except Exception as exc:  # noqa: BLE001 - a question that cannot be recorded fails
-            self.landed_error(position, exc)
-            return
-        if self._observed:
-            name = self._graph.names[position]
-            event = QuestionAsked(self._run_id, name, entry["question"], entry["expires_at"])
-            self._announcer.emit(event)
 
     def landed_unfinished(self, position: int) -> None:
         """The map at ``position`` stopped with items left: the run has work left."""

@@ -14,6 +14,8 @@ from executionkit._errors import WorkflowDefinitionError
 if TYPE_CHECKING:
     from datetime import timedelta
 
+    from executionkit._workflow import Workflow  # noqa: TC004 - dataclass annotations stay strings
+
 StepFn: TypeAlias = Callable[[Mapping[str, Any]], Any]
 """A step's ``run``: takes the read-only ``ctx``, returns the output or an awaitable of it."""
 
@@ -100,7 +102,7 @@ class Step:
     """
 
     name: str
-    run: StepFn
+    run: StepFn | Workflow
     depends_on: tuple[str, ...] = ()
     metadata: Mapping[str, Any] = field(default_factory=_empty_metadata)
     _: KW_ONLY
@@ -163,7 +165,7 @@ class Step:
     def map(
         cls,
         name: str,
-        run: Callable[[Any, Mapping[str, Any]], Any],
+        run: Callable[[Any, Mapping[str, Any]], Any] | Workflow,
         *,
         over: str,
         key: Callable[[Any], str] | None = None,

@@ -52,6 +52,7 @@ HOW_TO_PAGES = (
     "docs/how-to/run-steps-elsewhere.md",
     "docs/how-to/fan-out.md",
     "docs/how-to/wait-for-a-person.md",
+    "docs/how-to/compose-workflows.md",
 )
 OWNED_PAGES = (
     "docs/index.md",
