@@ -293,7 +293,8 @@ class Run:
 
     def _began(self, position: int) -> None:
         self._announcer.began(position)
-        self._announcer.emit(StepStarted(self._run_id, self._graph.names[position], 1))
+        if position not in self._graph.asks:  # an ask step says QuestionAsked instead
+            self._announcer.emit(StepStarted(self._run_id, self._graph.names[position], 1))
 
     def _run_inline(self, position: int) -> None:
         """Call a plain-function step right here: no task, same outcome as one."""

@@ -437,3 +437,20 @@ def test_any_order_of_answering_runs_each_step_once_and_ends_as_answering_at_onc
     assert current.cost == result.cost
     assert all(count == 1 for count in calls.values())
     assert calls == reference_calls
+
+
+def test_an_ask_step_never_reports_a_start_without_an_end() -> None:
+    """Asked or still pending, an ask step emits no StepStarted: QuestionAsked says it all."""
+    workflow = Workflow([Step.ask("approve", lambda ctx: "ok?")])
+    saved: list[WorkflowCheckpoint] = []
+    first: list[ev.Event] = []
+    workflow.run_sync(checkpoint_fn=saved.append, on_event=first.append)
+    again: list[ev.Event] = []
+    workflow.run_sync(resume_from=saved[-1], on_event=again.append)
+    assert [type(e).__name__ for e in first] == [
+        "RunStarted",
+        "QuestionAsked",
+        "CheckpointTaken",
+        "RunSuspended",
+    ]
+    assert [type(e).__name__ for e in again] == ["RunStarted", "RunSuspended"]

@@ -85,16 +85,16 @@ SUSPENDED_LINES = [
     "executionkit: run r1 started: 4 steps",
     "executionkit: plan finished in 1.0s; 1/4 done, 2.0s, 120 tokens in 1 call",
     (
-        "executionkit: review is waiting for an answer; 1/4 done, waiting for: review, 4.0s, "
+        "executionkit: review is waiting for an answer; 1/4 done, waiting for: review, 3.0s, "
         "120 tokens in 1 call"
     ),
     (
         "executionkit: approve is waiting for an answer until 2026-12-01T11:00:00+00:00; "
-        "1/4 done, waiting for: review, approve, 7.0s, 120 tokens in 1 call"
+        "1/4 done, waiting for: review, approve, 5.0s, 120 tokens in 1 call"
     ),
     # RunSuspended names the waiting steps in declaration order.
     (
-        "executionkit: run r1 suspended; 1/4 done, waiting for: approve, review, 9.0s, "
+        "executionkit: run r1 suspended; 1/4 done, waiting for: approve, review, 7.0s, "
         "120 tokens in 1 call"
     ),
 ]
@@ -125,7 +125,7 @@ async def test_an_answer_counts_its_step_done_and_the_run_suspends_again_for_the
     ]
     assert lines[2].startswith("executionkit: execute finished in 1.0s; 3/4 done, ")
     assert lines[3] == (
-        "executionkit: run r1 suspended; 3/4 done, waiting for: review, 6.0s, 120 tokens in 1 call"
+        "executionkit: run r1 suspended; 3/4 done, waiting for: review, 5.0s, 120 tokens in 1 call"
     )
 
 
@@ -155,7 +155,7 @@ async def test_the_live_line_names_the_waiting_steps_and_ends_with_the_suspensio
     await approval().run(run_id=RUN, on_event=ticking(reporter, clock, 1.0))
     text = stream.getvalue()
     assert text.endswith(
-        "\rexecutionkit: run r1 suspended; 1/4 done, waiting for: approve, review, 7.0s, "
+        "\rexecutionkit: run r1 suspended; 1/4 done, waiting for: approve, review, 5.0s, "
         "120 tokens in 1 call\n"
     )
     frames = [frame.rstrip() for frame in text.replace("\r", "\n").splitlines()]
@@ -164,7 +164,7 @@ async def test_the_live_line_names_the_waiting_steps_and_ends_with_the_suspensio
         "executionkit: approve is waiting for an answer until 2026-12-01T11:00:00+00:00"
     )
     assert frames[at + 1] == (
-        "executionkit 1/4 done, waiting for: review, approve, 6.0s, 120 tokens in 1 call"
+        "executionkit 1/4 done, waiting for: review, approve, 4.0s, 120 tokens in 1 call"
     )
     assert not any("failed" in frame for frame in frames)
 
