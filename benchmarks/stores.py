@@ -11,26 +11,34 @@ shows the mean over every checkpoint of the chain, in microseconds. Every
 Bytes written are what the process passed to ``write`` and ``pwrite`` while
 saving (``wchar`` of ``/proc/self/io``, Linux only; the file's size elsewhere),
 for a ``--bytes-steps`` (1,000) step chain with 1 KB outputs, next to the
-outputs' own JSON bytes.
+outputs' own JSON bytes. For PostgreSQL, where the server writes, they are the
+growth of the server's write-ahead log over the run (`pg_server.wal_position`).
 
-The peer is LangGraph's ``SqliteSaver`` (``langgraph-checkpoint-sqlite``) on
-the same chain as a ``StateGraph`` whose nodes each add their output to a dict
-in the state, run in the virtual environment `venvs` makes for it; its time is
-that of the saver's ``put`` and ``put_writes`` calls. A size whose predicted
+The peers are LangGraph's ``SqliteSaver`` (``langgraph-checkpoint-sqlite``)
+and, with ``--postgres``, its ``PostgresSaver`` (``langgraph-checkpoint-postgres``)
+on the same chain as a ``StateGraph`` whose nodes each add their output to a dict
+in the state, each run in the virtual environment `venvs` makes for it; their
+time is that of the saver's ``put`` and ``put_writes`` calls. A third table
+gives how many times faster each store is than the peer on the same database
+(`StoreSpec.peer`). A size whose predicted
 time (from the growth between the two sizes before it) exceeds ``--budget``
 seconds is skipped, and a case still running after ``--timeout`` seconds is
 killed; the table says which.
 
-Adding a store is one entry in `STORES`. ``PostgresStore`` is measured when
-``executionkit.stores`` has it and ``--postgres DSN`` is given::
+Adding a store is one entry in `STORES`. ``PostgresStore`` and
+``PostgresSaver`` are measured only with ``--postgres``: either ``auto``, which
+starts a throwaway server from the ``pgserver`` wheel of the dev extra
+(`pg_server`), or the DSN of a server you run. Either way every case of those
+two gets an empty database of its own, dropped after it::
 
     python benchmarks/stores.py [--sizes 100,1000,10000] [--output-sizes 20,1000]
-        [--repeat 3] [--peers all|none] [--postgres DSN] [--budget 60]
+        [--repeat 3] [--peers all|none|KEY] [--postgres auto|DSN] [--budget 60]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import statistics
@@ -48,7 +56,9 @@ import source
 
 source.put_on_path()
 
+import pg_server  # noqa: E402
 import venvs  # noqa: E402
+from store_outputs import text, written_bytes  # noqa: E402
 
 from executionkit import Step, Workflow, WorkflowCheckpoint  # noqa: E402
 from executionkit import stores as bundled  # noqa: E402
@@ -66,6 +76,9 @@ class StoreSpec:
     make: Callable[[Path, argparse.Namespace], Callable[[WorkflowCheckpoint], object]]
     incremental: bool  # writes only each checkpoint's new outputs
     local_bytes: bool = True  # its writes are this process's (not a server's)
+    peer: str | None = None  # the key of the STORE_PEERS entry on the same database
+    tables: bool = False  # keeps tables, created by a save of another run before the clock
+    default: bool = True  # measured without --stores (variants are asked for)
 
 
 def _postgres(folder: Path, args: argparse.Namespace) -> Callable[[WorkflowCheckpoint], object]:
@@ -93,30 +106,58 @@ STORES: dict[str, StoreSpec] = {
             "sqlite",
             "SQLiteStore",
             lambda folder, _args: bundled.SQLiteStore(folder / "runs.db"),
-            incremental=False,
+            incremental=True,
+            peer="langgraph-sqlite",
+            tables=True,
         ),
-        StoreSpec("postgres", "PostgresStore", _postgres, incremental=True, local_bytes=False),
+        StoreSpec(
+            "sqlite-normal",
+            'SQLiteStore, synchronous="NORMAL"',
+            lambda folder, _args: bundled.SQLiteStore(folder / "runs.db", synchronous="NORMAL"),
+            incremental=True,
+            peer="langgraph-sqlite",
+            tables=True,
+            default=False,
+        ),
+        StoreSpec(
+            "postgres",
+            "PostgresStore",
+            _postgres,
+            incremental=True,
+            local_bytes=False,
+            peer="langgraph-postgres",
+            tables=True,
+        ),
     )
 }
 
 
 def available(args: argparse.Namespace) -> list[StoreSpec]:
-    """The stores to measure: every bundled one, PostgreSQL only with a DSN."""
+    """The stores to measure: those ``--stores`` names, PostgreSQL only with ``--postgres``."""
+    if args.stores is None:
+        wanted = {key for key, spec in STORES.items() if spec.default}
+    elif args.stores == "all":
+        wanted = set(STORES)
+    else:
+        wanted = set(args.stores.split(","))
+        unknown = wanted - set(STORES)
+        if unknown:
+            msg = f"--stores: no store {', '.join(sorted(unknown))}; known: {', '.join(STORES)}"
+            raise SystemExit(msg)
     chosen = []
     for spec in STORES.values():
+        if spec.key not in wanted:
+            continue
         if spec.key == "postgres" and not (args.postgres and hasattr(bundled, "PostgresStore")):
             continue
         chosen.append(spec)
     return chosen
 
 
+# Runners (stores or peers) that need a PostgreSQL database, one fresh one per case.
+ON_POSTGRES = frozenset({"postgres", "langgraph-postgres"})
+
 # --- one measurement, in a process of its own ---------------------------------------------
-
-
-def text(number: int, size: int) -> str:
-    """A distinct output of ``size`` characters (``size + 2`` JSON bytes)."""
-    head = f"{number:05d}"
-    return head + "x" * max(0, size - len(head))
 
 
 def chain(steps: int, size: int) -> Workflow:
@@ -131,24 +172,14 @@ def chain(steps: int, size: int) -> Workflow:
     return Workflow([make(number) for number in range(steps)])
 
 
-def written_bytes() -> int | None:
-    """Bytes this process has passed to write calls so far, where Linux tells."""
-    try:
-        with Path("/proc/self/io").open(encoding="ascii") as io:
-            for line in io:
-                if line.startswith("wchar:"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None  # pragma: no cover - a /proc/self/io without wchar
-
-
 def measure(key: str, steps: int, size: int, args: argparse.Namespace) -> dict[str, Any]:
     """Run the chain into a fresh store; time its saves and count the bytes it wrote."""
     spec = STORES[key]
     workflow = chain(steps, size)
     with tempfile.TemporaryDirectory(prefix="ek-stores-") as folder:
         store = spec.make(Path(folder), args)
+        if spec.tables:  # as the peers' setup(): the tables and connection, before the clock
+            chain(1, size).run_sync(checkpoint_fn=store, run_id="setup")
         spent = 0
         saves = 0
 
@@ -159,17 +190,19 @@ def measure(key: str, steps: int, size: int, args: argparse.Namespace) -> dict[s
             spent += time.perf_counter_ns() - started
             saves += 1
 
-        before = written_bytes()
+        def count() -> int | None:
+            return written_bytes() if spec.local_bytes else pg_server.wal_position(args.postgres)
+
+        before = count()
         result = workflow.run_sync(checkpoint_fn=save, run_id=f"bench-{uuid.uuid4().hex}")
-        after = written_bytes()
+        after = count()
+        close = getattr(store, "close", None)
+        if close is not None:
+            close()
         on_disk = sum(file.stat().st_size for file in Path(folder).iterdir())
     output_bytes = sum(len(json.dumps(value).encode()) for value in result.outputs.values())
-    if not spec.local_bytes:
-        written = None
-    elif before is not None and after is not None:
-        written = after - before
-    else:  # pragma: no cover - not Linux: what is left on disk, a lower bound
-        written = on_disk
+    # Not on Linux: what is left on disk, a lower bound.
+    written = on_disk if before is None or after is None else after - before
     return {
         "us_per_checkpoint": spent / saves / 1000,
         "checkpoints": saves,
@@ -190,6 +223,7 @@ class Runner:
     label: str
     command: list[str]
     incremental: bool
+    peer: str | None = None  # the peer it is compared with
 
 
 def run_case(
@@ -197,14 +231,15 @@ def run_case(
 ) -> dict[str, Any] | None:
     """One case in a fresh process; None if it was killed after ``--timeout`` seconds."""
     command = [*runner.command, "--case", f"{steps}:{size}"]
-    if args.postgres:
-        command += ["--postgres", args.postgres]
-    try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=args.timeout, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return None
+    with contextlib.ExitStack() as stack:
+        if runner.key in ON_POSTGRES:
+            command += ["--postgres", stack.enter_context(pg_server.fresh_database(args.postgres))]
+        try:
+            done = subprocess.run(
+                command, capture_output=True, text=True, timeout=args.timeout, check=False
+            )
+        except subprocess.TimeoutExpired:
+            return None
     if done.returncode != 0:
         tail = " / ".join(done.stderr.strip().splitlines()[-3:])
         msg = f"{runner.label} at {steps} steps of {size} bytes failed: {tail}"
@@ -232,13 +267,15 @@ def predicted(times: list[tuple[int, float]], steps: int) -> float | None:
 def runners(args: argparse.Namespace, log: list[str]) -> list[Runner]:
     here = [sys.executable, str(Path(__file__).resolve())]
     chosen = [
-        Runner(spec.key, spec.label, [*here, "--store", spec.key], spec.incremental)
+        Runner(spec.key, spec.label, [*here, "--store", spec.key], spec.incremental, spec.peer)
         for spec in available(args)
     ]
     if args.peers == "none":
         return chosen
     for peer in venvs.STORE_PEERS.values():
         if args.peers not in ("all", peer.key):
+            continue
+        if peer.key in ON_POSTGRES and not args.postgres:
             continue
         problem = venvs.ensure(peer, log)
         if problem is not None:
@@ -292,8 +329,17 @@ def main() -> int:
     parser.add_argument("--output-sizes", default="20,1000", help="bytes of each output")
     parser.add_argument("--bytes-steps", type=int, default=1000, help="chain for bytes written")
     parser.add_argument("--repeat", type=int, default=3, help="runs per case (median)")
-    parser.add_argument("--peers", default="all", help="all, none, or langgraph-sqlite")
-    parser.add_argument("--postgres", help="a DSN: also measure PostgresStore")
+    parser.add_argument(
+        "--stores",
+        help="comma-separated store keys, or all (default: all but sqlite-normal)",
+    )
+    parser.add_argument(
+        "--peers", default="all", help="all, none, langgraph-sqlite or langgraph-postgres"
+    )
+    parser.add_argument(
+        "--postgres",
+        help="'auto' (a throwaway server) or a DSN: also measure PostgresStore and PostgresSaver",
+    )
     parser.add_argument("--budget", type=float, default=60.0, help="seconds a case may take")
     parser.add_argument(
         "--timeout", type=float, default=180.0, help="seconds after which a case is killed"
@@ -305,6 +351,15 @@ def main() -> int:
         steps, size = (int(part) for part in args.case.split(":"))
         print(json.dumps(measure(args.store, steps, size, args)))
         return 0
+    with contextlib.ExitStack() as stack:
+        if args.postgres == "auto":
+            args.postgres = stack.enter_context(pg_server.throwaway_server())
+        measure_all(args)
+    return 0
+
+
+def measure_all(args: argparse.Namespace) -> None:
+    """Every case, then the tables."""
     sizes = [int(size) for size in args.sizes.split(",")]
     output_sizes = [int(size) for size in args.output_sizes.split(",")]
     log: list[str] = []
@@ -317,8 +372,9 @@ def main() -> int:
             measure_sizes(runner, size, sizes, args, table)
     print_costs(chosen, sizes, output_sizes, table)
     print()
+    if print_against_peers(chosen, sizes, output_sizes, table):
+        print()
     print_bytes(chosen, args)
-    return 0
 
 
 def cell(value: float | str) -> str:
@@ -347,6 +403,43 @@ def print_costs(
             print(f"| {runner.label} | {size:,} B | {row} | {growth} |")
 
 
+def print_against_peers(
+    chosen: list[Runner],
+    sizes: list[int],
+    output_sizes: list[int],
+    table: dict[tuple[str, int, int], float | str],
+) -> bool:
+    """How many times faster each store is than the peer on the same database, if measured.
+
+    The peer's time per step divided by the store's; False if no pair was measured.
+    """
+    measured = {runner.key: runner for runner in chosen}
+    pairs = [
+        (runner, measured[runner.peer])
+        for runner in chosen
+        if runner.peer is not None and runner.peer in measured
+    ]
+    if not pairs:
+        return False
+    columns = " | ".join(f"{steps:,} steps" for steps in sizes)
+    print(f"| store | against | output | {columns} |")
+    print(f"|---|---|---:|{'---:|' * len(sizes)}")
+    for runner, peer in pairs:
+        for size in output_sizes:
+            cells = []
+            for steps in sizes:
+                ours, theirs = table[runner.key, size, steps], table[peer.key, size, steps]
+                if isinstance(ours, float) and isinstance(theirs, float):
+                    cells.append(f"{theirs / ours:,.1f}{TIMES}")
+                else:
+                    cells.append(
+                        f"n/a ({peer.label if isinstance(ours, float) else 'ours'}: "
+                        f"{theirs if isinstance(ours, float) else ours})"
+                    )
+            print(f"| {runner.label} | {peer.label} | {size:,} B | {' | '.join(cells)} |")
+    return True
+
+
 def print_bytes(chosen: list[Runner], args: argparse.Namespace) -> None:
     steps = args.bytes_steps
     print(f"| store | bytes written, {steps:,} steps of 1 KB | output bytes | ratio |")
@@ -358,10 +451,11 @@ def print_bytes(chosen: list[Runner], args: argparse.Namespace) -> None:
             continue
         written, output = result["written"], result["output_bytes"]
         if written is None:
-            print(f"| {runner.label} | n/a (written by the server) | {output:,} | n/a |")
+            print(f"| {runner.label} | n/a | {output:,} | n/a |")
             continue
         ratio = written / output
-        print(f"| {runner.label} | {written:,} | {output:,} | {ratio:,.2f}{TIMES} |")
+        where = " (server WAL)" if runner.key in ON_POSTGRES else ""
+        print(f"| {runner.label} | {written:,}{where} | {output:,} | {ratio:,.2f}{TIMES} |")
 
 
 if __name__ == "__main__":

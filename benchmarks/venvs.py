@@ -84,6 +84,13 @@ STORE_PEERS = {
             BENCHMARKS / "peers" / "peer_langgraph_sqlite.py",
             also=("langgraph==1.2.22",),
         ),
+        Peer(
+            "langgraph-postgres",
+            "LangGraph PostgresSaver 3.2.0",
+            "langgraph-checkpoint-postgres==3.2.0",
+            BENCHMARKS / "peers" / "peer_langgraph_postgres.py",
+            also=("langgraph==1.2.22", "psycopg[binary]==3.3.9"),
+        ),
     )
 }
 """Checkpoint stores of other libraries, measured by ``stores.py`` (not by ``run.py``)."""

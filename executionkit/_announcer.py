@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from executionkit._aio import wait_through
-from executionkit.events import RunStarted, StepInvalidated, StepRestored
+from executionkit.events import QuestionAnswered, RunStarted, StepInvalidated, StepRestored
 
 if TYPE_CHECKING:
     import contextvars
@@ -55,11 +55,18 @@ class Announcer:
         """Announce the start of a run, its invalidated steps and its restored ones."""
         run_id = record.run_id
         emit = self.emit
-        emit(RunStarted(run_id, steps, record.restored, resumed, record.cost))
+        recorded = record.restored
+        if record.restored_skips:
+            # A restored skip is not decided again: announced as restored too.
+            index = record.graph.index
+            recorded = tuple(sorted((*recorded, *record.restored_skips), key=index.__getitem__))
+        emit(RunStarted(run_id, steps, recorded, resumed, record.cost))
         for name, reason in record.invalidated.items():
             emit(StepInvalidated(run_id, name, reason))
-        for name in record.restored:
+        for name in recorded:
             emit(StepRestored(run_id, name))
+        for name in record.answered:
+            emit(QuestionAnswered(run_id, name))
 
     def began(self, position: int) -> None:
         """Note when the step at ``position`` started its first attempt."""

@@ -17,10 +17,12 @@ from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from executionkit._aio import wait_through
+from executionkit._children import ChildLanding, run_child
 from executionkit._context import ContextView
 from executionkit._map import ItemLanding, MapDone, Unfinished, drive
-from executionkit._step import MapStep, retry_wait
+from executionkit._step import retry_wait
 from executionkit._step_context import CURRENT_STEP, StepContext
+from executionkit._step_kinds import MapStep
 from executionkit.events import ItemStarted, StepRetried, StepStarted
 
 if TYPE_CHECKING:
@@ -107,7 +109,17 @@ class InContext:
                 error = exc
 
 
-class Landing(ItemLanding, Protocol):
+class KindLanding(ItemLanding, ChildLanding, Protocol):
+    """Where map items, child checkpoints and questions go (`executionkit._kinds.Kinds`)."""
+
+    def asking(self, position: int) -> bool:
+        """Whether the ask step at ``position`` must ask (it has no pending question)."""
+        ...
+
+    def landed_question(self, position: int, question: object) -> None: ...
+
+
+class Landing(Protocol):
     """What a run is told about each step: how it ended, and that it is over."""
 
     cancelling: bool
@@ -134,9 +146,11 @@ class Attempts:
         "_executor",
         "_graph",
         "_host",
+        "_kinds",
         "_landing",
         "_outputs",
         "_run_id",
+        "_special",
     )
 
     def __init__(
@@ -151,6 +165,7 @@ class Attempts:
         announcer: Announcer,
         caller_context: contextvars.Context,
         landing: Landing,
+        kinds: KindLanding,
     ) -> None:
         """Run steps of ``graph`` reading ``context`` and the recorded ``outputs``."""
         self._graph = graph
@@ -162,6 +177,9 @@ class Attempts:
         self._announcer = announcer
         self._caller_context = caller_context
         self._landing = landing
+        self._kinds = kinds
+        # Steps that are not called as they are: maps (per item) and asks (a question).
+        self._special = graph.maps | graph.asks | graph.workflows
 
     async def task(self, position: int, returned: Any = None) -> None:  # noqa: C901, PLR0912
         """The body of a step's task (or of a lone step): run it, then land how it ended.
@@ -171,10 +189,20 @@ class Attempts:
         """
         landing = self._landing
         step = self._graph.steps[position]
+        run: Any = step.run  # a function here, but for sub-workflows (in _special)
         view = ContextView(self._graph, position, self._context, self._outputs)
+        result: Any
         try:
-            if position in self._graph.maps:
-                result = await self._map(position, step, view)
+            if position in self._special:
+                graph = self._graph
+                if position in graph.asks:
+                    if self._kinds.asking(position):
+                        self._kinds.landed_question(position, run(view))
+                    return
+                if position in graph.maps:
+                    result = await self._map(position, step, view)
+                else:
+                    result = await run_child(self._kinds, position, run, view)
             elif returned is not None:
                 result = await returned
             elif step.retries or step.timeout is not None:
@@ -187,9 +215,7 @@ class Attempts:
                 token = CURRENT_STEP.set((self._host, step.name, self._run_id, 1, 1))
                 try:
                     executor = self._executor
-                    result = (
-                        step.run(view) if executor is None else self._call(position, step, view)
-                    )
+                    result = run(view) if executor is None else self._call(position, step, view)
                     if type(result) is CoroutineType or inspect.isawaitable(result):
                         result = await result
                 finally:
@@ -243,23 +269,24 @@ class Attempts:
     def _call(self, position: int, step: Step, view: ContextView) -> Any:
         """Call the step's function; a plain one goes to the executor if the run has one."""
         executor = self._executor
+        run: Any = step.run  # a function: sub-workflows never get here
         if executor is None or position not in self._graph.plain:
-            return step.run(view)
+            return run(view)
         loop = asyncio.get_running_loop()
         if isinstance(executor, ThreadPoolExecutor):
             # A thread can run in a copy of this context: current_step() works there.
-            work = loop.run_in_executor(executor, contextvars.copy_context().run, step.run, view)
+            work = loop.run_in_executor(executor, contextvars.copy_context().run, run, view)
         else:
             # Processes and cluster workers get what can be pickled: the function and a
             # plain dict of its ctx.
-            work = loop.run_in_executor(executor, step.run, dict(view))
+            work = loop.run_in_executor(executor, run, dict(view))
         return _finish_elsewhere(work)
 
     async def _map(self, position: int, step: Step, view: ContextView) -> MapDone:
         """Run the items of the map step at ``position`` (see `executionkit._map.drive`)."""
         assert isinstance(step, MapStep)  # noqa: S101 - Graph.maps holds only those
         item = partial(self._item, position, step, view)
-        return await drive(position, step, view, item, self._landing)
+        return await drive(position, step, view, item, self._kinds)
 
     def _call_item(self, position: int, step: Step, view: ContextView, item: Any) -> Any:
         """Call a map's function on one item; a plain one goes to the run's executor."""
@@ -279,6 +306,9 @@ class Attempts:
         self, position: int, step: Step, view: ContextView, key: str, item: Any
     ) -> Any:
         """Run one item of a map: its attempts, each with its `StepContext`."""
+        if position in self._graph.workflows:
+            context = {**view, "item": item, "item_key": key}
+            return await run_child(self._kinds, position, step.run, context, key)  # type: ignore[arg-type]
         return await self._attempts(
             step, partial(self._call_item, position, step, view, item), StepContext, (key,)
         )

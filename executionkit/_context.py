@@ -22,7 +22,7 @@ class ContextView(Mapping[str, Any]):
     dependency, or iterates the mapping.
     """
 
-    __slots__ = ("_ancestors", "_graph", "_initial", "_outputs", "_position")
+    __slots__ = ("_ancestors", "_graph", "_initial", "_length", "_outputs", "_position")
 
     def __init__(
         self,
@@ -37,6 +37,7 @@ class ContextView(Mapping[str, Any]):
         self._initial = initial
         self._outputs = outputs
         self._ancestors: set[int] | None = None
+        self._length: int | None = None
 
     @property
     def _step_name(self) -> str:
@@ -58,7 +59,10 @@ class ContextView(Mapping[str, Any]):
             return self._initial[key]
         position = self._graph.index.get(key)
         if position is not None and self._visible(position):
-            return self._outputs[key]
+            try:
+                return self._outputs[key]
+            except KeyError:
+                raise self._skipped(key) from None
         raise self._missing(key, position)
 
     def __contains__(self, key: object) -> bool:
@@ -66,18 +70,29 @@ class ContextView(Mapping[str, Any]):
         if key in self._initial:
             return True
         position = self._graph.index.get(key) if isinstance(key, str) else None
-        return position is not None and self._visible(position)
+        return position is not None and self._visible(position) and key in self._outputs
 
     def __iter__(self) -> Iterator[str]:
-        """Yield the initial-context keys, then ancestor names in declaration order."""
+        """Yield the initial-context keys, then ancestor names in declaration order.
+
+        Ancestors a condition skipped have no output and are left out.
+        """
         yield from self._initial
         names = self._graph.names
+        outputs = self._outputs
         for position in sorted(self._ancestor_set()):
-            yield names[position]
+            name = names[position]
+            if name in outputs:
+                yield name
 
     def __len__(self) -> int:
         """Return the number of readable keys."""
-        return len(self._initial) + len(self._ancestor_set())
+        if self._length is None:
+            # Counted once: every ancestor is recorded (or skipped) before the step starts.
+            names = self._graph.names
+            outputs = self._outputs
+            self._length = sum(1 for p in self._ancestor_set() if names[p] in outputs)
+        return len(self._initial) + self._length
 
     def __setitem__(self, key: str, value: object) -> None:
         """Refuse: ``ctx`` is read-only."""
@@ -95,6 +110,14 @@ class ContextView(Mapping[str, Any]):
     def __repr__(self) -> str:
         """Show the step and the readable keys, never the values."""
         return f"<ctx of step {self._step_name!r}: {list(self)!r}>"
+
+    def _skipped(self, key: str) -> ContextKeyError:
+        step = self._step_name
+        msg = (
+            f"step {step!r} cannot read {key!r} from ctx: a condition skipped step {key!r}, "
+            f"so it has no output; test for it with {key!r} in ctx or ctx.get({key!r})"
+        )
+        return ContextKeyError(msg, step=step, key=key)
 
     def _missing(self, key: object, position: int | None) -> ContextKeyError:
         step = self._step_name

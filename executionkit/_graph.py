@@ -13,7 +13,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from executionkit._errors import WorkflowDefinitionError, did_you_mean
-from executionkit._step import MapStep, Step, is_async_callable
+from executionkit._step import Step, is_async_callable, is_workflow
+from executionkit._step_kinds import AskStep, MapStep
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -27,6 +28,8 @@ class Graph:
     """
 
     __slots__ = (
+        "asks",
+        "conditional",
         "dependencies",
         "dependents",
         "encoded",
@@ -40,6 +43,7 @@ class Graph:
         "plain_items",
         "step_info",
         "steps",
+        "workflows",
     )
 
     def __init__(self, steps: Iterable[Step], inputs: object = ()) -> None:
@@ -65,15 +69,24 @@ class Graph:
         self.levels: tuple[tuple[int, ...], ...] = self._levels()
         # Map steps: their run is called once per item, by the map's own driver.
         self.maps = frozenset(p for p, step in enumerate(self.steps) if isinstance(step, MapStep))
+        # Steps whose run is a Workflow: sub-workflows (a map's items, for a map).
+        self.workflows = frozenset(p for p, step in enumerate(self.steps) if is_workflow(step.run))
+        # Ask steps: their run computes a question, and their output is the answer.
+        self.asks = frozenset(p for p, step in enumerate(self.steps) if isinstance(step, AskStep))
         # Maps whose function is plain: with an executor, their items run there.
         self.plain_items = frozenset(
-            p for p in self.maps if not is_async_callable(self.steps[p].run)
+            p
+            for p in self.maps
+            if not is_async_callable(self.steps[p].run) and p not in self.workflows
         )
         # Plain-function steps; those without retries run inline, without a task.
         self.plain = frozenset(
             position
             for position, step in enumerate(self.steps)
-            if not is_async_callable(step.run) and position not in self.maps
+            if not is_async_callable(step.run)
+            and position not in self.maps
+            and position not in self.asks
+            and position not in self.workflows
         )
         self.inline = frozenset(p for p in self.plain if self.steps[p].retries == 0)
         # Steps whose outputs are recorded through Step.encode.
@@ -82,6 +95,11 @@ class Graph:
         self.step_info: dict[str, Mapping[str, Any]] = {
             step.name: MappingProxyType(_info(step)) for step in self.steps
         }
+        # Steps with a `when` condition, and everything downstream of one: those a
+        # condition may skip, whose skipping must be decided before they start.
+        self.conditional = self.descendants(
+            {p for p, step in enumerate(self.steps) if step.when is not None}, inclusive=True
+        )
         # Initial-context keys every run must be given.
         self.inputs: tuple[str, ...] = self._checked_inputs(inputs)
 
@@ -177,10 +195,27 @@ class Graph:
                 stack.extend(self.dependencies[node])
         return found
 
+    def descendants(self, positions: Iterable[int], *, inclusive: bool = False) -> frozenset[int]:
+        """Every step that depends, transitively, on one of ``positions`` (and those, if asked)."""
+        found: set[int] = set()
+        stack = list(positions)
+        if inclusive:
+            found.update(stack)
+        while stack:
+            for child in self.dependents[stack.pop()]:
+                if child not in found:
+                    found.add(child)
+                    stack.append(child)
+        return frozenset(found)
+
 
 def kind_of(step: Step) -> str:
-    """What a step is, as ``step_info`` records it: ``"step"`` or ``"map"``."""
-    return "map" if isinstance(step, MapStep) else "step"
+    """What a step is, as ``step_info`` records it: step, map, ask or workflow."""
+    if isinstance(step, MapStep):
+        return "map"
+    if isinstance(step, AskStep):
+        return "ask"
+    return "workflow" if is_workflow(step.run) else "step"
 
 
 def _info(step: Step) -> dict[str, Any]:

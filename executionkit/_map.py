@@ -23,7 +23,7 @@ from executionkit._errors import ContextKeyError
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Collection
 
-    from executionkit._step import MapStep
+    from executionkit._step_kinds import MapStep
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from executionkit._checkpoint import WorkflowCheckpoint
 from executionkit._errors import RunArgumentError, did_you_mean
+from executionkit._questions import checked_answers
 from executionkit._types import TokenUsage
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ class RunOptions:
     on_event: Callable[[Any], object] | None = None
     executor: Executor | None = None
     checkpoint_every: CheckpointEvery = "batch"
+    answers: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
     def check(cls, graph: Graph, arguments: Mapping[str, object]) -> RunOptions:
@@ -85,6 +87,7 @@ class RunOptions:
         on_event = arguments["on_event"]
         executor = arguments["executor"]
         checkpoint_every = arguments["checkpoint_every"]
+        answers = checked_answers(arguments["answers"])
         context = _checked_context(graph, initial_context)
         if checkpoint_fn is not None and not callable(checkpoint_fn):
             msg = f"checkpoint_fn must be callable or None, got {type(checkpoint_fn).__name__}"
@@ -137,6 +140,7 @@ class RunOptions:
             on_event=on_event,
             executor=executor,  # type: ignore[arg-type]  # duck-typed: has submit()
             checkpoint_every=checkpoint_every,  # type: ignore[arg-type]  # checked by _one_of
+            answers=answers,
         )
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from executionkit._checkpoint import SharedFields, WorkflowCheckpoint, trusted_checkpoint
 from executionkit._errors import BudgetExceeded, WorkflowFailed
 from executionkit._plain import plain_copy
+from executionkit._questions import Answers, asked
 from executionkit._result import WorkflowResult
 from executionkit._resume import Restored, restore
 from executionkit._snapshot import Extended, OutputLog
@@ -85,6 +86,14 @@ class Record:
         self.discarded = state.discarded
         self.run_id = state.run_id if state.run_id is not None else _new_run_id()
         self.restored = tuple(name for name in graph.names if name in self.outputs)
+        # Steps a condition skipped (restored, then recorded by merges), name -> reason;
+        # and skips decided since the last merge, position -> reason.
+        self.skipped: dict[str, str] = state.skipped
+        self.restored_skips = tuple(name for name in graph.names if name in self.skipped)
+        self.skips: dict[int, str] = {}
+        self._skip_fields: tuple[Mapping[str, str], Mapping[str, Mapping[str, Any]]] | None = None
+        # Questions asked and not answered yet: ask step -> its pending entry.
+        self.pending: dict[str, Mapping[str, Any]] = state.pending
         self.executed: list[str] = []
         # Failures of this run, by position; they stay in every later checkpoint's `errors`.
         self.failures: dict[int, Exception] = {}
@@ -106,6 +115,79 @@ class Record:
             for name, (stored, live, cost) in state.items.items()
         }
         self._maps = graph.maps
+        # The latest checkpoint of each sub-workflow in progress: step -> checkpoint, or
+        # for a map of sub-workflows step -> {item key: checkpoint}; and what each spent.
+        self.children: dict[str, Any] = state.children
+        self._child_cost: dict[tuple[str, str | None], TokenUsage] = {}
+        for name, child in self.children.items():
+            if isinstance(child, WorkflowCheckpoint):
+                self._child_cost[name, None] = child.cost
+            else:
+                for key, item in child.items():
+                    self._child_cost[name, key] = item.cost
+        self.answered: tuple[str, ...] = ()
+        if options.answers or state.pending:
+            self._answer(options.answers)
+
+    # --- questions ------------------------------------------------------------------------
+
+    def _answer(self, answers: Mapping[str, Any]) -> None:
+        """Apply the run's answers (checked first: nothing is changed if one is refused)."""
+        checked = Answers(self.graph, self.pending, self.outputs, answers)
+        index = self.graph.index
+        for name in sorted(checked.stored, key=index.__getitem__):
+            stored = checked.stored[name]
+            del self.pending[name]
+            self.outputs[name] = stored
+            self.log.append(name, stored)
+            self.changes += 1
+        for name, error in checked.expired.items():
+            self.fail(index[name], error)
+        self.answered = tuple(n for n in self.graph.names if n in checked.stored)
+
+    def ask(self, position: int, question: object) -> Mapping[str, Any]:
+        """Record the question the ask step at ``position`` asks; return its pending entry."""
+        step: Any = self.graph.steps[position]
+        entry = asked(step, question)
+        self.pending[step.name] = entry
+        self.changes += 1
+        return entry
+
+    # --- sub-workflows ---------------------------------------------------------------------
+
+    def child_checkpoint(self, name: str, key: str | None) -> WorkflowCheckpoint | None:
+        """The latest checkpoint of the child of step ``name`` (item ``key``), if any."""
+        child = self.children.get(name)
+        if child is None or key is None:
+            return child if isinstance(child, WorkflowCheckpoint) else None
+        found: WorkflowCheckpoint | None = child.get(key)
+        return found
+
+    def child_saved(self, name: str, key: str | None, checkpoint: WorkflowCheckpoint) -> None:
+        """Keep the child's latest checkpoint and count what it spent since the last one."""
+        self.cost += checkpoint.cost - self._child_cost.get((name, key), _ZERO)
+        self._child_cost[name, key] = checkpoint.cost
+        if key is None:
+            self.children[name] = checkpoint
+        else:
+            self.children.setdefault(name, {})[key] = checkpoint
+        self.changes += 1
+
+    def child_finished(self, name: str, key: str | None, cost: TokenUsage) -> None:
+        """The child completed: count the rest of what it spent; its output lands next."""
+        self.cost += cost - self._child_cost.pop((name, key), _ZERO)
+        if key is None:
+            self.children.pop(name, None)
+        else:
+            items = self.children.get(name)
+            if items is not None:
+                items.pop(key, None)
+                if not items:
+                    del self.children[name]
+
+    def child_spent(self, name: str, key: str | None) -> TokenUsage:
+        """What the child of step ``name`` (item ``key``) has spent so far."""
+        return self._child_cost.get((name, key), _ZERO)
 
     # --- what lands -----------------------------------------------------------------------
 
@@ -196,6 +278,12 @@ class Record:
         self.failures[position] = error
         self.changes += 1
 
+    def skip(self, position: int, reason: str) -> None:
+        """Hold the skip of the step at ``position`` until the next merge, like an output."""
+        self.skips[position] = reason
+        self._skip_fields = None
+        self.changes += 1
+
     def save_progress(self, name: str, value: object) -> int:
         """Record ``value`` as the progress of step ``name``; return the change count."""
         self.progress[name] = plain_copy(value, f"progress of step {name!r}")
@@ -234,6 +322,19 @@ class Record:
             record(name, stored)
             executed(name)
         landed.clear()
+        if self.skips:
+            return self._merge_skips(completed)
+        return completed
+
+    def _merge_skips(self, completed: list[int]) -> list[int]:
+        """Record the skips decided since the last merge; return every position completed."""
+        names = self.graph.names
+        skips = self.skips
+        for position in sorted(skips):
+            self.skipped[names[position]] = skips[position]
+        completed = sorted([*completed, *skips])
+        skips.clear()
+        self._skip_fields = None
         return completed
 
     def over_budget(self) -> bool:
@@ -267,8 +368,10 @@ class Record:
             fields["errors"] = self._error_texts()
         if self.landed or self.progress or self._reported:
             self._describe_exactly(fields, since)
-        if self.items:
-            self._describe_items(fields, length)
+        if self.items or self.pending or self.children:
+            self._describe_unfinished(fields, length)
+        if self.skipped or self.skips:
+            self._describe_skips(fields)
         checkpoint = trusted_checkpoint(fields)
         self.last = checkpoint
         return checkpoint
@@ -306,8 +409,31 @@ class Record:
         if self.progress:
             fields["progress"] = MappingProxyType(dict(self.progress))
 
-    def _describe_items(self, fields: dict[str, Any], length: int) -> None:
-        """Add the finished items of unfinished maps, and their step info."""
+    def _describe_skips(self, fields: dict[str, Any]) -> None:
+        """Add the skips recorded (and decided, mid-batch), with their ``step_info``.
+
+        Skips only grow within a run, so checkpoints share one frozen copy until
+        the next skip: O(1) per checkpoint, like the outputs.
+        """
+        if self._skip_fields is None:
+            info = self.graph.step_info
+            skipped = dict(self.skipped)
+            if self.skips:
+                names = self.graph.names
+                skipped.update((names[p], self.skips[p]) for p in sorted(self.skips))
+            self._skip_fields = (
+                MappingProxyType(skipped),
+                MappingProxyType({name: info[name] for name in skipped}),
+            )
+        skipped_view, skipped_info = self._skip_fields
+        fields["skipped"] = skipped_view
+        described = fields.get("step_info")
+        if described is None:
+            described = self.log.info(fields["step_index"], self.graph.step_info)
+        fields["step_info"] = MappingProxyType(Extended(described, skipped_info))
+
+    def _describe_unfinished(self, fields: dict[str, Any], length: int) -> None:
+        """Add the finished items of unfinished maps, the pending questions, their step info."""
         info = self.graph.step_info
         items: dict[str, Any] = {}
         new: dict[str, tuple[str, ...]] = {}
@@ -318,12 +444,31 @@ class Record:
             if entry.since < end:
                 new[name] = log.names_between(entry.since, end)
                 entry.since = end
-        fields["items"] = MappingProxyType(items)
-        fields["new_items"] = MappingProxyType(new)
+        if items:
+            fields["items"] = MappingProxyType(items)
+            fields["new_items"] = MappingProxyType(new)
+        if self.pending:
+            fields["pending"] = MappingProxyType(dict(self.pending))
+        children = self.children
+        if children:
+            fields["children"] = MappingProxyType(
+                {
+                    name: MappingProxyType(
+                        {"checkpoint": child}
+                        if isinstance(child, WorkflowCheckpoint)
+                        else {"items": MappingProxyType(dict(child))}
+                    )
+                    for name, child in children.items()
+                }
+            )
         described = fields.get("step_info")
         if described is None:
             described = self.log.info(length, info)
-        extra = {name: info[name] for name in items if name not in described}
+        extra = {
+            name: info[name]
+            for name in (*items, *self.pending, *children)
+            if name not in described
+        }
         fields["step_info"] = MappingProxyType(Extended(described, extra))
 
     def _error_texts(self) -> Mapping[str, str]:
@@ -358,15 +503,28 @@ class Record:
     def result(self) -> WorkflowResult:
         """The `WorkflowResult` of a run that completed."""
         outputs = self.outputs
+        names = self.graph.names
+        pending = self.pending
         return WorkflowResult(
-            outputs=MappingProxyType({name: outputs[name] for name in self.graph.names}),
+            outputs=MappingProxyType({name: outputs[name] for name in names if name in outputs}),
+            pending=MappingProxyType(
+                {name: pending[name]["question"] for name in names if name in pending}
+            ),
             cost=self.cost,
             run_id=self.run_id,
             executed=tuple(self.executed),
             restored=self.restored,
             invalidated=self.invalidated,
             discarded=self.discarded,
+            skipped=self._skipped_in_order(),
         )
+
+    def _skipped_in_order(self) -> Mapping[str, str]:
+        skipped = self.skipped
+        if not skipped:
+            return EMPTY
+        names = self.graph.names
+        return MappingProxyType({name: skipped[name] for name in names if name in skipped})
 
 
 class MapItems:

@@ -1,4 +1,4 @@
-"""`WorkflowResult`: what a completed run returns."""
+"""`WorkflowResult`: what a completed (or suspended) run returns."""
 
 from __future__ import annotations
 
@@ -26,6 +26,14 @@ class WorkflowResult:
             depending on such a step. Their earlier token usage stays counted.
         discarded: Recorded steps the workflow does not have, dropped because
             ``unknown_steps="discard"`` was passed.
+        skipped: Read-only mapping of each step a condition skipped (in this
+            call or restored from ``resume_from``) to the reason, in declaration
+            order. A skipped step has no output: it is in neither ``outputs``,
+            ``executed`` nor ``restored``.
+        pending: The questions waiting for an answer (`Step.ask`): ask step name
+            to its question, in declaration order. When it is not empty the run
+            is suspended, not finished: ``outputs`` holds only what completed.
+            Resume with ``answers={name: answer}``.
     """
 
     outputs: MappingProxyType[str, Any]
@@ -35,3 +43,5 @@ class WorkflowResult:
     restored: tuple[str, ...] = ()
     invalidated: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     discarded: tuple[str, ...] = ()
+    skipped: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    pending: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))

@@ -37,8 +37,13 @@ class Restored:
     metadata: Mapping[str, Any]
     # Map step -> (stored item outputs, live item outputs, their usage).
     items: dict[str, tuple[dict[str, Any], dict[str, Any], TokenUsage]]
+    # Ask step -> its pending question, as recorded.
+    pending: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    # Sub-workflow step -> its child's checkpoint (a map's: item key -> checkpoint).
+    children: dict[str, Any] = field(default_factory=dict)
     invalidated: dict[str, str] = field(default_factory=dict)
     discarded: tuple[str, ...] = ()
+    skipped: dict[str, str] = field(default_factory=dict)
 
 
 def restore(
@@ -60,19 +65,24 @@ def restore(
     index = graph.index
     unknown = [name for name in checkpoint.outputs if name not in index]
     unknown += [name for name in checkpoint.items if name not in index]
+    unknown += [name for name in checkpoint.pending if name not in index]
+    unknown += [name for name in checkpoint.children if name not in index]
+    recorded_skips = checkpoint.skipped
+    unknown_skips = [name for name in recorded_skips if name not in index]
     discarded: tuple[str, ...] = ()
     if checkpoint.version == LEGACY_VERSION:
         # ExecutionKit 0.4 kept the initial context inside `outputs`. Those values are
         # what 0.4 would have resumed with, so they fill in any key not passed again.
         for key in unknown:
             context.setdefault(key, checkpoint.outputs[key])
-    elif unknown and unknown_steps == "discard":
-        discarded = tuple(unknown)
-    elif unknown:
+    elif (unknown or unknown_skips) and unknown_steps == "discard":
+        discarded = (*unknown, *unknown_skips)
+    elif unknown or unknown_skips:
+        what = "outputs" if not unknown_skips else "skips" if not unknown else "outputs and skips"
         msg = (
-            f"checkpoint records outputs of steps this workflow does not have: "
-            f"{names_text(unknown)} (a checkpoint of another workflow, or renamed steps); "
-            f"pass unknown_steps='discard' to drop them"
+            f"checkpoint records {what} of steps this workflow does not have: "
+            f"{names_text([*unknown, *unknown_skips])} (a checkpoint of another workflow, "
+            f"or renamed steps); pass unknown_steps='discard' to drop them"
         )
         raise CheckpointMismatchError(msg)
     missing = [key for key in checkpoint.context_keys if key not in context]
@@ -88,17 +98,33 @@ def restore(
             f"{checkpoint.run_id!r}; omit run_id to continue the checkpoint's run"
         )
         raise CheckpointMismatchError(msg)
-    recorded = [name for name in graph.names if name in checkpoint.outputs]
+    # A recorded skip is trusted, and counts as recorded for the steps after it,
+    # exactly as a recorded output does.
+    recorded = [
+        name for name in graph.names if name in checkpoint.outputs or name in recorded_skips
+    ]
     invalidated = _invalidated(graph, checkpoint, recorded, rerun)
     stored = {
         name: checkpoint.outputs[name]
         for name in checkpoint.outputs
         if name in index and name not in invalidated
     }
-    progress = _kept_progress(graph, checkpoint, set(stored), rerun, invalidated)
-    items = _kept_items(graph, checkpoint, set(stored), rerun, invalidated)
+    skipped: dict[str, str] = {}
+    for name in recorded_skips:
+        if name not in index:
+            continue
+        if name in invalidated:
+            invalidated[name] = f"recorded skip dropped: {invalidated[name]}"
+        else:
+            skipped[name] = recorded_skips[name]
+    progress = _kept_progress(graph, checkpoint, {*stored, *skipped}, rerun, invalidated)
+    items = _kept_items(graph, checkpoint, {*stored, *skipped}, rerun, invalidated)
+    pending = _kept_questions(graph, checkpoint, {*stored, *skipped}, rerun, invalidated)
+    children = _kept_children(graph, checkpoint, {*stored, *skipped}, rerun, invalidated)
     return Restored(
         items=items,
+        pending=pending,
+        children=children,
         outputs=_decoded(graph, stored),
         stored=stored,
         progress=progress,
@@ -108,6 +134,7 @@ def restore(
         metadata=checkpoint.metadata if metadata is None else metadata,
         invalidated=invalidated,
         discarded=discarded,
+        skipped=skipped,
     )
 
 
@@ -229,6 +256,64 @@ def _kept_items(
             key: _decode(step, f"{name!r}, item {key!r}", name, v) for key, v in stored.items()
         }
         kept[name] = (stored, live, entry["cost"])
+    return kept
+
+
+def _kept_questions(
+    graph: Graph,
+    checkpoint: WorkflowCheckpoint,
+    trusted: set[str],
+    rerun: frozenset[str],
+    invalidated: dict[str, str],
+) -> dict[str, Mapping[str, Any]]:
+    """Pending questions that still fit their ask step; the others are asked again."""
+    kept: dict[str, Mapping[str, Any]] = {}
+    for name, entry in checkpoint.pending.items():
+        position = graph.index.get(name)
+        if position is None:
+            continue  # unknown_steps="discard" dropped it
+        stale = [d for d in graph.steps[position].depends_on if d in invalidated]
+        reason = (
+            f"depends on invalidated step {stale[0]!r}"
+            if stale
+            else _distrust(graph, checkpoint, name, trusted, rerun)
+        )
+        if reason is None and position not in graph.asks:
+            reason = "it is not an ask step any more"
+        if reason is None:
+            kept[name] = entry
+        else:
+            invalidated[name] = f"pending question dropped: {reason}"
+    return kept
+
+
+def _kept_children(
+    graph: Graph,
+    checkpoint: WorkflowCheckpoint,
+    trusted: set[str],
+    rerun: frozenset[str],
+    invalidated: dict[str, str],
+) -> dict[str, Any]:
+    """The progress of sub-workflows that still fit their step; the rest start over."""
+    kept: dict[str, Any] = {}
+    for name, entry in checkpoint.children.items():
+        position = graph.index.get(name)
+        if position is None:
+            continue  # unknown_steps="discard" dropped it
+        stale = [d for d in graph.steps[position].depends_on if d in invalidated]
+        reason = (
+            f"depends on invalidated step {stale[0]!r}"
+            if stale
+            else _distrust(graph, checkpoint, name, trusted, rerun)
+        )
+        if reason is None and position not in graph.workflows:
+            reason = "it does not run a workflow any more"
+        if reason is not None:
+            invalidated[name] = f"sub-workflow progress dropped: {reason}"
+        elif "checkpoint" in entry:
+            kept[name] = entry["checkpoint"]
+        else:
+            kept[name] = dict(entry["items"])
     return kept
 
 

@@ -26,21 +26,20 @@ from executionkit._aio import wait_through
 from executionkit._announcer import Announcer
 from executionkit._attempt import Attempts, InContext
 from executionkit._checkpointer import Checkpointer
+from executionkit._conditions import Conditions
+from executionkit._kinds import Kinds
 from executionkit._record import Record
 from executionkit.events import (
-    ItemFailed,
-    ItemFinished,
-    ItemStarted,
-    MapStarted,
     RunFailed,
     RunFinished,
+    RunSuspended,
     StepFailed,
     StepFinished,
     StepStarted,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection
+    from collections.abc import Callable
 
     from executionkit._graph import Graph
     from executionkit._options import RunOptions
@@ -55,6 +54,7 @@ class Run:
         from executionkit._graph import Frontier  # noqa: PLC0415 - avoids an import cycle
 
         self._graph = graph
+        self._options = options
         self._record = record = Record(graph, options)
         caller_context = contextvars.copy_context()
         self._caller_context = caller_context
@@ -63,6 +63,10 @@ class Run:
         self._checkpointer = Checkpointer(
             record, options.checkpoint_fn, announcer, caller_context, self._cancel_running
         )
+        # Steps a condition may skip are decided just before they would start.
+        self._conditions = Conditions(graph, options.context, record.outputs, record.skipped)
+        self._deciding = self._conditions.deciding
+        self._kinds = Kinds(record, options, announcer, self._checkpointer, self, self._conditions)
         self._attempts = Attempts(
             graph,
             context=options.context,
@@ -73,10 +77,10 @@ class Run:
             announcer=announcer,
             caller_context=caller_context,
             landing=self,
+            kinds=self._kinds,
         )
         self._run_id = record.run_id
-        self._on_error = self.on_error = options.on_error
-        self.item_limit = options.max_concurrency
+        self._on_error = options.on_error
         # Whether a map stopped with items left (the budget, or the run stopping).
         self._unfinished = False
         self._budget = options.budget
@@ -88,7 +92,7 @@ class Run:
             and options.checkpoint_every == "step"
             and options.checkpoint_fn is not None
         )
-        done = {graph.index[name] for name in record.outputs}
+        done = {graph.index[name] for name in (*record.outputs, *record.skipped)}
         # Batch mode follows the graph's precomputed levels while every step completes.
         self._frontier = Frontier(graph, done, planned=not self._eager)
         self._limit = options.max_concurrency
@@ -165,9 +169,10 @@ class Run:
                 await self._run_lone(ready.pop())
             else:
                 self._start_from_heap(ready)
-                # Plain steps land inline, and steps may land while checkpoint_fn is
-                # awaited: record and checkpoint those before waiting for anything else.
-                if not record.landed and not self._unsaved():
+                # Plain steps and skips land inline, and steps may land while
+                # checkpoint_fn is awaited: record and checkpoint those before waiting
+                # for anything else.
+                if not record.landed and not record.skips and not self._unsaved():
                     if not self._running:
                         break
                     await self._wait()
@@ -232,6 +237,9 @@ class Run:
         nothing can land until the loop runs again, so what `_may_start` said holds
         for the rest of the sweep, apart from the concurrency limit, counted here.
         """
+        if self._deciding:
+            self._start_deciding(pending, take)
+            return
         inline = self._inline
         while pending and self._may_start():
             position = take()
@@ -243,6 +251,25 @@ class Run:
                 more = min(more, self._limit - self._running - 1)
             self._spawn(position, take, more)
             return
+
+    def _start_deciding(self, pending: list[int], take: Callable[[], int]) -> None:
+        """`_start` in a run where conditions may skip steps: each step is decided as taken.
+
+        Tasks are created one at a time, so that what `_may_start` says is asked
+        again after each decision (a condition that raises fails its step).
+        """
+        deciding = self._deciding
+        inline = self._inline
+        tasked = False
+        while pending and self._may_start():
+            position = take()
+            if position in deciding and not self._kinds.decide(position):
+                continue
+            if position in inline and not tasked:
+                self._run_inline(position)
+                continue
+            self._spawn(position, take, 0)
+            tasked = True
 
     # --- starting steps and landing what they give ----------------------------------------
 
@@ -266,7 +293,8 @@ class Run:
 
     def _began(self, position: int) -> None:
         self._announcer.began(position)
-        self._announcer.emit(StepStarted(self._run_id, self._graph.names[position], 1))
+        if position not in self._graph.asks:  # an ask step says QuestionAsked instead
+            self._announcer.emit(StepStarted(self._run_id, self._graph.names[position], 1))
 
     def _run_inline(self, position: int) -> None:
         """Call a plain-function step right here: no task, same outcome as one."""
@@ -287,6 +315,8 @@ class Run:
         own. Only `asyncio.current_task()` differs: it is the run's task. A
         cancellation of the run goes on to `_exit` once the step has landed.
         """
+        if position in self._deciding and not self._kinds.decide(position):
+            return
         self._running += 1
         if self._observed:
             self._began(position)
@@ -322,51 +352,11 @@ class Run:
         if self._on_error == "cancel":
             self._cancel_running()
 
-    # --- the items of map steps (see executionkit._map) -----------------------------------
-
-    def recorded_items(self, position: int) -> Collection[str]:
-        """The keys of the items of the map at ``position`` recorded so far."""
-        entry = self._record.items.get(self._graph.names[position])
-        return () if entry is None else entry.log.index
-
-    def map_started(self, position: int, items: int, recorded: int) -> None:
-        """The map at ``position`` found its items."""
-        if self._observed:
-            name = self._graph.names[position]
-            self._announcer.emit(MapStarted(self._run_id, name, items, recorded))
-
-    def item_started(self, position: int, key: str) -> None:
-        """An item of the map at ``position`` starts."""
-        if self._observed:
-            self._announcer.emit(ItemStarted(self._run_id, self._graph.names[position], key, 1))
-
     def may_start_item(self) -> bool:
         """Whether a map may start another item (the run is not stopping, nor over budget)."""
         return self._may_start_more() and (
             self._interrupt is None and self._checkpointer.storage_error is None
         )
-
-    def landed_item(self, position: int, key: str, result: Any, began: float) -> Exception | None:
-        """Record an item's output and have it checkpointed; return why not if it cannot be."""
-        record = self._record
-        cost, error = record.land_item(position, key, result)
-        if error is not None:
-            self.item_failed(position, key, error, began)
-            return error
-        self._checkpointer.save_soon(asyncio.get_running_loop())
-        if self._observed:
-            name = self._graph.names[position]
-            done = len(record.items[name].log)
-            duration = time.perf_counter() - began
-            self._announcer.emit(ItemFinished(self._run_id, name, key, duration, cost, done))
-        return None
-
-    def item_failed(self, position: int, key: str, error: Exception, began: float) -> None:
-        """An item of the map at ``position`` failed (after its retries)."""
-        if self._observed:
-            name = self._graph.names[position]
-            duration = time.perf_counter() - began
-            self._announcer.emit(ItemFailed(self._run_id, name, key, duration, error))
 
     def landed_unfinished(self, position: int) -> None:
         """The map at ``position`` stopped with items left: the run has work left."""
@@ -442,7 +432,10 @@ class Run:
         )
         if self._observed:
             duration = time.perf_counter() - began
-            if outcome is None:
+            if outcome is None and record.pending:
+                names = tuple(n for n in self._graph.names if n in record.pending)
+                self._announcer.emit(RunSuspended(self._run_id, duration, record.cost, names))
+            elif outcome is None:
                 self._announcer.emit(
                     RunFinished(self._run_id, duration, record.cost, len(record.executed))
                 )

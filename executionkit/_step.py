@@ -7,12 +7,25 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import KW_ONLY, dataclass, field
 from types import MappingProxyType
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from executionkit._errors import WorkflowDefinitionError
 
+if TYPE_CHECKING:
+    from datetime import timedelta
+
+    from executionkit._workflow import Workflow  # noqa: TC004 - dataclass annotations stay strings
+
 StepFn: TypeAlias = Callable[[Mapping[str, Any]], Any]
 """A step's ``run``: takes the read-only ``ctx``, returns the output or an awaitable of it."""
+
+Condition: TypeAlias = Callable[[Mapping[str, Any]], object]
+"""A step's ``when``: a plain function of the read-only ``ctx``; a falsy result skips the step."""
+
+Join: TypeAlias = Literal["all", "any"]
+"""How a step treats skipped dependencies: skipped if any was (``"all"``), or only if all were."""
+
+JOINS = ("all", "any")
 
 
 def _empty_metadata() -> MappingProxyType[str, Any]:
@@ -27,6 +40,9 @@ class Step:
         name: Unique, non-empty name; the key of the step's output in ``ctx``,
             in results and in checkpoints.
         run: Called as ``run(ctx)``; a plain function or a coroutine function.
+            Or a `Workflow`: the step then runs it as a sub-workflow, with its
+            ``ctx`` as the initial context, and its output is the dict of the
+            sub-workflow's outputs.
             ``ctx`` is a read-only mapping of the run's initial context plus the
             outputs of this step's ancestors. Return the output, or a
             `PatternResult` whose ``value`` is the output and whose ``cost`` is
@@ -65,16 +81,28 @@ class Step:
             ``ctx`` and the result keep the original object.
         decode: Turns the recorded form back into the output on resume. Give
             both or neither.
+        when: A condition: a plain function (not a coroutine function) called
+            as ``when(ctx)`` with the ``ctx`` the step would get, once its
+            dependencies are done. A falsy result *skips* the step: it never
+            runs and has no output, and the checkpoint records the skip with a
+            reason, so resuming never calls ``when`` again. One that raises
+            fails the step. Default: no condition.
+        join: What skipped dependencies do to the step. ``"all"`` (default):
+            the step is skipped if any dependency was. ``"any"``: the step runs
+            if at least one dependency ran (the skipped ones are absent from its
+            ``ctx``), and is skipped only if every one was skipped. ``when`` is
+            called only if the join rule lets the step run.
 
     Raises:
         WorkflowDefinitionError: If ``name`` is not a non-empty string, ``run``
             is not callable, ``depends_on`` is a string or holds something other
             than non-empty strings, the step depends on itself, ``metadata`` is
-            not a mapping, or a retry or timeout setting is out of range.
+            not a mapping, a retry or timeout setting is out of range, ``when``
+            is not a plain function, or ``join`` is not ``"all"`` or ``"any"``.
     """
 
     name: str
-    run: StepFn
+    run: StepFn | Workflow
     depends_on: tuple[str, ...] = ()
     metadata: Mapping[str, Any] = field(default_factory=_empty_metadata)
     _: KW_ONLY
@@ -88,6 +116,8 @@ class Step:
     version: str | None = None
     encode: Callable[[Any], Any] | None = None
     decode: Callable[[Any], Any] | None = None
+    when: Condition | None = None
+    join: Join = "all"
 
     def __post_init__(self) -> None:
         """Validate and normalise the fields, naming the step in every error."""
@@ -96,10 +126,10 @@ class Step:
             msg = f"step name must be a non-empty str, got {type(name).__name__} {name!r}"
             raise WorkflowDefinitionError(msg)
         run: object = self.run
-        if not callable(run):
+        if not callable(run) and not is_workflow(run):
             msg = (
                 f"step {name!r}: run must be callable (a function or coroutine function "
-                f"taking ctx), got {type(run).__name__} {run!r}"
+                f"taking ctx) or a Workflow, got {type(run).__name__} {run!r}"
             )
             raise WorkflowDefinitionError(msg)
         object.__setattr__(self, "depends_on", _normalise_depends_on(name, self.depends_on))
@@ -114,6 +144,7 @@ class Step:
             object.__setattr__(self, "metadata", MappingProxyType(dict(metadata)))
         _check_retry_settings(self)
         _check_resume_settings(self)
+        _check_condition(self)
 
     def __repr__(self) -> str:
         """Show the name, callable, dependencies, metadata and any non-default setting."""
@@ -134,7 +165,7 @@ class Step:
     def map(
         cls,
         name: str,
-        run: ItemFn,
+        run: Callable[[Any, Mapping[str, Any]], Any] | Workflow,
         *,
         over: str,
         key: Callable[[Any], str] | None = None,
@@ -165,24 +196,27 @@ class Step:
                 ``max_concurrency`` bounds them too).
             metadata: As for `Step`.
             **options: Any other `Step` keyword (``retries``, ``timeout``,
-                ``version``, ``encode``/``decode``, ...), applied to each item.
+                ``version``, ``encode``/``decode``, ...), applied to each item;
+                ``when`` and ``join`` decide whether the map runs at all.
 
         Raises:
             WorkflowDefinitionError: For an invalid setting, naming the step.
         """
-        unknown = sorted(set(options) - _MAP_OPTIONS)
+        from executionkit._step_kinds import MAP_OPTIONS, MapStep  # noqa: PLC0415 - a cycle
+
+        unknown = sorted(set(options) - MAP_OPTIONS)
         if unknown:
             from executionkit._errors import did_you_mean  # noqa: PLC0415 - errors only
 
-            hints = "".join(did_you_mean(option, _MAP_OPTIONS) for option in unknown)
+            hints = "".join(did_you_mean(option, MAP_OPTIONS) for option in unknown)
             msg = (
-                f"step {name!r}: Step.map got unknown option(s) {', '.join(map(repr, unknown))}"
-                f"{hints}; it takes the keywords of Step"
+                f"step {name!r}: Step.map got unknown option(s) {', '.join(map(repr, unknown))} "
+                f"(it takes the keywords of Step){hints}"
             )
             raise WorkflowDefinitionError(msg)
         return MapStep(
             name,
-            run,  # type: ignore[arg-type]  # called with (item, ctx), see ItemFn
+            run,  # type: ignore[arg-type]  # called with (item, ctx)
             tuple(depends_on) if not isinstance(depends_on, str) else depends_on,  # type: ignore[arg-type]
             _empty_metadata() if metadata is None else metadata,
             over=over,
@@ -191,68 +225,55 @@ class Step:
             **options,
         )
 
+    @classmethod
+    def ask(
+        cls,
+        name: str,
+        question: Callable[[Mapping[str, Any]], Any],
+        *,
+        depends_on: Iterable[str] = (),
+        check: Callable[[Any], Any] | None = None,
+        expires_after: float | timedelta | None = None,
+        version: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Step:
+        """Build a step that asks a person a question and waits for the answer.
 
-ItemFn: TypeAlias = Callable[[Any, Mapping[str, Any]], Any]
-"""A map item's ``run``: takes the item and the read-only ``ctx``."""
+        When its dependencies are done, ``question(ctx)`` computes the
+        question (any JSON data: a string, or a dict with the plan to approve).
+        It is recorded in the checkpoint as pending, nothing that depends on
+        this step starts, and once nothing else can run the run returns a
+        `WorkflowResult` whose ``pending`` maps this step to its question.
+        Resume with ``run(resume_from=..., answers={name: answer})``: the
+        answer becomes this step's output (with no token usage) and its
+        dependants run. Nothing runs twice to ask again.
 
+        Args:
+            name: The step's name; answers are given by it.
+            question: ``question(ctx)``, a plain function returning JSON data.
+            depends_on: The steps the question needs.
+            check: ``check(answer)`` validates an answer before anything runs
+                and returns what is recorded (raise to refuse it).
+            expires_after: Seconds (or a `datetime.timedelta`) the question
+                stays open once asked; a later answer fails this step.
+            version: As for `Step`: a changed version asks again.
+            metadata: As for `Step`.
 
-@dataclass(frozen=True, repr=False)
-class MapStep(Step):
-    """A step that runs its ``run`` once per item; build one with `Step.map`."""
+        Raises:
+            WorkflowDefinitionError: For an invalid setting, naming the step.
+        """
+        from executionkit._step_kinds import AskStep  # noqa: PLC0415 - a cycle
 
-    _: KW_ONLY
-    over: str = ""
-    key: Callable[[Any], str] | None = None
-    max_concurrency: int | None = None
+        return AskStep(
+            name,
+            question,
+            tuple(depends_on) if not isinstance(depends_on, str) else depends_on,  # type: ignore[arg-type]
+            _empty_metadata() if metadata is None else metadata,
+            version=version,
+            check=check,
+            expires_after=expires_after,
+        )
 
-    def __post_init__(self) -> None:
-        """Validate the map settings as well as the step's own."""
-        super().__post_init__()
-        name = self.name
-        over: object = self.over
-        if not isinstance(over, str) or not over:
-            msg = (
-                f"step {name!r}: over must name a step or an initial-context key (a non-empty "
-                f"str), got {type(over).__name__} {over!r}"
-            )
-            raise WorkflowDefinitionError(msg)
-        key: object = self.key
-        if key is not None and not callable(key):
-            msg = f"step {name!r}: key must be callable (item -> str) or None, got {key!r}"
-            raise WorkflowDefinitionError(msg)
-        limit: object = self.max_concurrency
-        if limit is not None and (type(limit) is not int or limit < 1):
-            msg = f"step {name!r}: max_concurrency must be a positive int or None, got {limit!r}"
-            raise WorkflowDefinitionError(msg)
-
-    def __repr__(self) -> str:
-        """Show what `Step` shows, and the map settings."""
-        parts = [f"over={self.over!r}"]
-        if self.key is not None:
-            parts.append(f"key={self.key!r}")
-        if self.max_concurrency is not None:
-            parts.append(f"max_concurrency={self.max_concurrency!r}")
-        return f"Step.map({super().__repr__()[5:-1]}, {', '.join(parts)})"
-
-    def __hash__(self) -> int:
-        """Hash by name, callable, dependencies and ``over``."""
-        return hash((self.name, self.run, self.depends_on, self.over))
-
-
-_MAP_OPTIONS = frozenset(
-    {
-        "retries",
-        "retry_on",
-        "retry_delay",
-        "retry_backoff",
-        "retry_max_delay",
-        "retry_jitter",
-        "timeout",
-        "version",
-        "encode",
-        "decode",
-    }
-)
 
 _SETTING_DEFAULTS = (
     ("retries", 0),
@@ -265,6 +286,8 @@ _SETTING_DEFAULTS = (
     ("version", None),
     ("encode", None),
     ("decode", None),
+    ("when", None),
+    ("join", "all"),
 )
 
 
@@ -317,6 +340,28 @@ def _check_resume_settings(step: Step) -> None:
         raise WorkflowDefinitionError(msg)
 
 
+def _check_condition(step: Step) -> None:
+    name = step.name
+    when: object = step.when
+    if when is not None and not callable(when):
+        msg = (
+            f"step {name!r}: when must be a function taking ctx and returning a truth value, "
+            f"or None, got {type(when).__name__} {when!r}"
+        )
+        raise WorkflowDefinitionError(msg)
+    if when is not None and is_async_callable(when):
+        msg = (
+            f"step {name!r}: when must be a plain function, not a coroutine function: it is "
+            f"evaluated once, inline, as soon as the step's dependencies are done. Decide "
+            f"from what ctx holds, or compute the decision in a step it depends on"
+        )
+        raise WorkflowDefinitionError(msg)
+    join: object = step.join
+    if not isinstance(join, str) or join not in JOINS:
+        msg = f"step {name!r}: join must be 'all' or 'any', got {join!r}"
+        raise WorkflowDefinitionError(msg)
+
+
 def _check_number(name: str, setting: str, value: object, low: float) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         try:
@@ -339,6 +384,13 @@ def _normalise_retry_on(name: str, retry_on: object) -> tuple[type[Exception], .
             )
             raise WorkflowDefinitionError(msg)
     return types
+
+
+def is_workflow(run: object) -> bool:
+    """Whether ``run`` is a `Workflow` (a step running it is a sub-workflow)."""
+    from executionkit._workflow import Workflow  # noqa: PLC0415 - a cycle; loaded by then
+
+    return isinstance(run, Workflow)
 
 
 def is_async_callable(run: object) -> bool:

@@ -89,6 +89,7 @@ class Workflow:
         *,
         checkpoint_fn: CheckpointFn | None = None,
         resume_from: WorkflowCheckpoint | None = None,
+        answers: Mapping[str, Any] | None = None,
         run_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         on_error: OnError = "finish",
@@ -119,6 +120,10 @@ class Workflow:
                 it records are not run; their outputs and its token usage are
                 restored verbatim, and ``run_id``, ``seq`` and (unless passed
                 again) ``metadata`` continue from it.
+            answers: Answers to the questions pending in ``resume_from``
+                (`Step.ask`), by ask step name. Each is checked (and converted)
+                by the step's ``check`` and becomes its output; all are checked
+                before anything runs.
             run_id: Identifier of the run; random for a fresh run when omitted.
             metadata: A dict with str keys stored verbatim in every checkpoint,
                 for labels such as a job id.
@@ -156,7 +161,7 @@ class Workflow:
                 limits), in either schedule; they start in declaration order.
             on_event: Called with each `executionkit.events.Event` as the run
                 goes: run started or resumed, step started, finished, failed,
-                retried, restored or invalidated, checkpoint taken, run finished
+                retried, skipped, restored or invalidated, checkpoint taken, run finished
                 or failed. A plain function or a coroutine function (awaited in
                 order; ``run`` waits for it before returning). What it raises is
                 logged on the ``executionkit`` logger and never affects the run.
@@ -177,12 +182,16 @@ class Workflow:
                 Eager mode always checkpoints after each completion.
 
         Returns:
-            The outputs of every step and the total token usage.
+            The outputs of every step and the total token usage. When questions
+            are pending (`Step.ask`) and nothing else can run, the run is
+            suspended: it returns what completed, with ``pending`` naming the
+            questions to answer.
 
         Raises:
             RunArgumentError: Before any step runs, if ``initial_context`` keys
                 collide with step names, lack one of the workflow's declared
-                ``inputs``, or an argument has the wrong type.
+                ``inputs``, an answer names a step that is not waiting for one,
+                or an argument has the wrong type.
             CheckpointMismatchError: Before any step runs, if ``resume_from``
                 records steps this workflow lacks (unless discarded), needs
                 ``initial_context`` keys that are missing, has a different

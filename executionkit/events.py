@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from executionkit._types import TokenUsage
 
@@ -28,14 +28,18 @@ __all__ = [
     "ItemFinished",
     "ItemStarted",
     "MapStarted",
+    "QuestionAnswered",
+    "QuestionAsked",
     "RunFailed",
     "RunFinished",
     "RunStarted",
+    "RunSuspended",
     "StepFailed",
     "StepFinished",
     "StepInvalidated",
     "StepRestored",
     "StepRetried",
+    "StepSkipped",
     "StepStarted",
 ]
 
@@ -57,7 +61,8 @@ class RunStarted(Event):
 
     Attributes:
         steps: Number of steps in the workflow.
-        recorded: Steps restored from ``resume_from``, which will not run.
+        recorded: Steps restored from ``resume_from``, which will not run: those
+            with an output and those a condition skipped, in declaration order.
         resumed: Whether the run continues from a checkpoint.
         cost: Token usage restored from that checkpoint (zero for a fresh run).
     """
@@ -72,11 +77,31 @@ class RunStarted(Event):
 class StepRestored(Event):
     """A step is not run because the checkpoint resumed from records it.
 
+    Recorded outputs and recorded skips alike: a skipped step's condition is
+    not evaluated again.
+
     Attributes:
         step: The step's name.
     """
 
     step: str
+
+
+@dataclass(frozen=True)
+class StepSkipped(Event):
+    """A condition skipped a step: it will not run and has no output.
+
+    Emitted when the skip is decided (the step's ``when`` returned a falsy
+    value, or its ``join`` rule found skipped dependencies). A skip restored
+    from the checkpoint resumed from is announced with `StepRestored` instead.
+
+    Attributes:
+        step: The step's name.
+        reason: Why, as in `WorkflowResult.skipped`.
+    """
+
+    step: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -172,6 +197,32 @@ class ItemFailed(Event):
 
 
 @dataclass(frozen=True)
+class QuestionAsked(Event):
+    """An ask step (`Step.ask`) asked its question; it is recorded as pending.
+
+    Attributes:
+        step: The ask step's name.
+        question: The question, as recorded.
+        expires_at: When it expires (UTC ISO 8601), or None.
+    """
+
+    step: str
+    question: Any
+    expires_at: str | None
+
+
+@dataclass(frozen=True)
+class QuestionAnswered(Event):
+    """An answer given to ``run`` became the output of its ask step.
+
+    Attributes:
+        step: The ask step's name.
+    """
+
+    step: str
+
+
+@dataclass(frozen=True)
 class StepRetried(Event):
     """An attempt failed and the step will be tried again after ``delay`` seconds.
 
@@ -246,6 +297,21 @@ class RunFinished(Event):
     duration: float
     cost: TokenUsage
     executed: int
+
+
+@dataclass(frozen=True)
+class RunSuspended(Event):
+    """Nothing else can run until questions are answered; ``run`` is about to return.
+
+    Attributes:
+        duration: Seconds the call of ``run`` took.
+        cost: Total token usage, restored usage included.
+        pending: The ask steps waiting for an answer, in declaration order.
+    """
+
+    duration: float
+    cost: TokenUsage
+    pending: tuple[str, ...]
 
 
 @dataclass(frozen=True)

@@ -1086,7 +1086,10 @@ def test_inspect_json(cli: Callable[..., Outcome], tmp_path: Path) -> None:
         "pending": ["translate", "report"],
         "unknown": [],
         "failed": {"translate": NO_LANG},
+        "skipped": {},
         "progress": {"translate": '{"done": 1}'},
+        "items": {},
+        "waiting": {},
         "outputs": {"words": '["the", "cat", "sat"]', "count": "3"},
     }
     without = json.loads(cli("inspect", "run.json", "--json").out)
@@ -1640,3 +1643,71 @@ def test_a_postgresql_password_is_never_shown() -> None:
     )
     with pytest.raises(CliError, match=r"^postgresql://me:\*\*\*@db:x/runs: not a database URL"):
         parse_location("postgresql://me:s3cret@db:x/runs")
+
+
+# --- conditions -----------------------------------------------------------------------------
+
+BRANCHES = """\
+from executionkit import Step, Workflow
+
+
+def is_long(ctx):
+    return ctx["classify"] == "long"
+
+
+workflow = Workflow([
+    Step("classify", lambda ctx: "short"),
+    Step("summarize", lambda ctx: "gist", depends_on=("classify",), when=is_long),
+    Step("polish", lambda ctx: "done", depends_on=("summarize",)),
+    Step("report", lambda ctx: "ok", depends_on=("classify", "polish"), join="any"),
+])
+"""
+BRANCHES_MERMAID = """\
+flowchart TD
+    s0["classify"]
+    s1["summarize (when: is_long)"]
+    s2["polish"]
+    s3["report (join: any)"]
+    s0 --> s1
+    s1 --> s2
+    s0 --> s3
+    s2 --> s3
+    classDef done fill:#d3f9d8,stroke:#2b8a3e,color:#1b4332
+    classDef failed fill:#ffe3e3,stroke:#c92a2a,color:#5c0011
+    classDef pending fill:#f1f3f5,stroke:#868e96,color:#343a40
+    classDef skipped fill:#fff9db,stroke:#e67700,stroke-dasharray:5 5,color:#5c3c00
+    class s0,s3 done
+    class s1,s2 skipped
+"""
+BRANCHES_DOT_NODES = """\
+    n0 [label="classify", fillcolor="#d3f9d8"];
+    n1 [label="summarize (when: is_long)", fillcolor="#fff9db", style="rounded,filled,dashed"];
+    n2 [label="polish", fillcolor="#fff9db", style="rounded,filled,dashed"];
+    n3 [label="report (join: any)", fillcolor="#d3f9d8"];
+"""
+SKIPPED = {
+    "summarize": "condition is_long returned False",
+    "polish": "dependency 'summarize' was skipped",
+}
+
+
+def test_inspect_and_graph_show_skipped_steps(cli: Callable[..., Outcome], tmp_path: Path) -> None:
+    write(tmp_path, "branches.py", BRANCHES)
+    ran = cli("run", "branches:workflow", "--checkpoint", "run.json")
+    assert ran.code == 0, ran.err
+    text = cli("inspect", "run.json", "--workflow", "branches:workflow").out.splitlines()
+    assert "steps       2 of 4 recorded, 2 skipped" in text
+    assert "pending     (none)" in text
+    at = text.index("skipped     summarize: condition is_long returned False")
+    assert text[at + 1] == "            polish: dependency 'summarize' was skipped"
+    summary = json.loads(cli("inspect", "run.json", "--json").out)
+    assert summary["skipped"] == SKIPPED
+    assert summary["recorded"] == ["classify", "report"]
+    graph = cli("graph", "branches:workflow", "--checkpoint", "run.json")
+    assert (graph.code, graph.err) == (0, "")
+    assert graph.out == BRANCHES_MERMAID
+    drawn = cli("graph", "branches:workflow", "--checkpoint", "run.json", "--format", "dot")
+    assert BRANCHES_DOT_NODES in drawn.out
+    plain = cli("graph", "branches:workflow").out
+    assert 's1["summarize (when: is_long)"]' in plain
+    assert "classDef" not in plain

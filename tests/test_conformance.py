@@ -218,6 +218,44 @@ class NeverDropsOutputs(MemoryStore):
         self.data = data
 
 
+class KeepsOnlyTheOldFields(MemoryStore):
+    """Written before format 3: keeps the fields it knew, so skips, items and questions go."""
+
+    def save(self, checkpoint: WorkflowCheckpoint) -> None:
+        super().save(checkpoint)
+        assert self.data is not None
+        for field in ("skipped", "items", "pending", "children"):
+            self.data[field] = {}
+        kept = {*self.data["outputs"], *self.data["progress"]}
+        self.data["step_info"] = {
+            name: info for name, info in self.data["step_info"].items() if name in kept
+        }
+
+
+class DropsChildren(MemoryStore):
+    """Stores each sub-workflow's checkpoint apart, and never reads them back."""
+
+    def save(self, checkpoint: WorkflowCheckpoint) -> None:
+        super().save(checkpoint)
+        assert self.data is not None
+        self.data["children"] = {}
+        self.data["step_info"] = {
+            name: info
+            for name, info in self.data["step_info"].items()
+            if info.get("kind") != "workflow"
+        }
+
+
+class NeverDropsQuestions(MemoryStore):
+    """Merges pending questions into what it holds, so an answered question stays pending."""
+
+    def save(self, checkpoint: WorkflowCheckpoint) -> None:
+        previous = self.data
+        super().save(checkpoint)
+        if previous is not None and self.data is not None and self.data is not previous:
+            self.data["pending"] = {**previous["pending"], **self.data["pending"]}
+
+
 class LosesMetadata(MemoryStore):
     def save(self, checkpoint: WorkflowCheckpoint) -> None:
         super().save(checkpoint)
@@ -417,6 +455,36 @@ BROKEN: list[tuple[str, type[MemoryStore], str, str]] = [
             "returned a checkpoint whose 'step_index' is 5, expected 3"
         ),
     ),
+    (
+        "format-2-fields-only",
+        KeepsOnlyTheOldFields,
+        "round trip",
+        (
+            "round trip: after saving a checkpoint with map items, a skipped step and a question "
+            "waiting for an answer (seq 4) to empty storage, load() returned a checkpoint whose "
+            "'skipped' lacks 'shortcut'"
+        ),
+    ),
+    (
+        "drops-children",
+        DropsChildren,
+        "round trip",
+        (
+            "round trip: after saving a checkpoint with sub-workflow checkpoints in children "
+            "(seq 4) to empty storage, load() returned a checkpoint whose 'children' lacks "
+            "'research'"
+        ),
+    ),
+    (
+        "never-drops-questions",
+        NeverDropsQuestions,
+        "resumed run",
+        (
+            "resumed run: after saving seq 5 of that run resumed with the answer: load() raised "
+            "CheckpointFormatError: checkpoint field 'pending' names recorded steps ['approve']; "
+            "an answered question is an output"
+        ),
+    ),
 ]
 
 
@@ -524,8 +592,8 @@ def test_each_scenario_gets_fresh_storage() -> None:
         return store.save, store.load
 
     check_store(make_store)
-    assert len(made) == 10
-    assert len({id(store) for store in made}) == 10
+    assert len(made) == 13
+    assert len({id(store) for store in made}) == 13
 
 
 # --- the opt-in properties: constant cost and concurrent writers ------------------------
@@ -650,3 +718,31 @@ def test_writers_is_zero_or_at_least_two(writers: Any) -> None:
     assert str(caught.value) == (
         f"writers must be 0 (no concurrency check) or an int of at least 2, got {writers!r}"
     )
+
+
+# --- format 3: what the kit saves besides outputs ----------------------------------------
+
+
+def test_the_kit_saves_every_format_3_field_from_real_runs() -> None:
+    """Skips, map items, a question with a deadline, children; then the answer drops them."""
+    saved: list[WorkflowCheckpoint] = []
+
+    class Recording(MemoryStore):
+        def save(self, checkpoint: WorkflowCheckpoint) -> None:
+            saved.append(checkpoint)
+            super().save(checkpoint)
+
+    check_store(pairs(Recording))
+    waiting = next(cp for cp in saved if cp.pending and cp.items and cp.skipped)
+    entry = waiting.pending["approve"]
+    assert entry["question"] == {"plan": ["a", "b", "c"], "note": "Grüße, 世界"}
+    assert entry["expires_at"] is not None
+    assert sorted(waiting.items["summaries"]["outputs"]) == ["0", "1"]
+    assert waiting.skipped == {"shortcut": "condition _never returned False"}
+    nested = next(cp for cp in saved if cp.children)
+    assert sorted(nested.children) == ["per_chunk", "research"]
+    assert nested.children["research"]["checkpoint"].outputs == {"search": ["a", "b"]}
+    answered = [cp for cp in saved if cp.outputs.get("approve") == {"ok": True}]
+    assert all(not cp.pending for cp in answered)
+    assert not answered[-1].items
+    assert list(answered[-1].outputs) == ["split", "approve", "summaries", "publish"]

@@ -40,6 +40,7 @@ HOW_TO_PAGES = (
     "docs/how-to/retries-and-timeouts.md",
     "docs/how-to/idempotency-keys.md",
     "docs/how-to/budgets.md",
+    "docs/how-to/branch.md",
     "docs/how-to/progress-in-long-steps.md",
     "docs/how-to/change-a-workflow-with-saved-checkpoints.md",
     "docs/how-to/custom-output-types.md",
@@ -49,6 +50,9 @@ HOW_TO_PAGES = (
     "docs/how-to/command-line.md",
     "docs/how-to/watch-a-run.md",
     "docs/how-to/run-steps-elsewhere.md",
+    "docs/how-to/fan-out.md",
+    "docs/how-to/wait-for-a-person.md",
+    "docs/how-to/compose-workflows.md",
 )
 OWNED_PAGES = (
     "docs/index.md",

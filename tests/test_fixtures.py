@@ -24,17 +24,10 @@ def _version_of(path: Path) -> int:
     return int(path.parent.name.removeprefix("v"))
 
 
-# Format 3 is still being built (decision 0007): its golden fixtures are committed once
-# it is complete, since a format never changes after that. Until then it has none.
-UNFINISHED_FORMAT = 3
-
-
 def test_every_format_version_has_fixtures() -> None:
     """Fixtures exist for format 0 (ExecutionKit 0.4) up to the current one."""
-    assert UNFINISHED_FORMAT == FORMAT_VERSION, "commit the fixtures of the finished format"
-    expected = set(range(FORMAT_VERSION + 1)) - {UNFINISHED_FORMAT}
-    assert {_version_of(path) for path in CASES} == expected
-    assert all(len(list((FIXTURES / f"v{v}").glob("*.json"))) >= 3 for v in range(3))
+    assert {_version_of(path) for path in CASES} == set(range(FORMAT_VERSION + 1))
+    assert all(len(list((FIXTURES / f"v{v}").glob("*.json"))) >= 3 for v in range(4))
 
 
 @pytest.mark.parametrize("path", CASES, ids=lambda p: f"{p.parent.name}/{p.name}")

@@ -68,7 +68,8 @@ STEP_ERRORS: list[tuple[str, dict[str, Any], str]] = [
         "run not callable",
         {"name": "a", "run": _Unprintable()},
         (
-            "step 'a': run must be callable (a function or coroutine function taking ctx), "
+            "step 'a': run must be callable (a function or coroutine function taking ctx) or a "
+            "Workflow, "
             "got _Unprintable <not callable>"
         ),
     ),
@@ -76,7 +77,8 @@ STEP_ERRORS: list[tuple[str, dict[str, Any], str]] = [
         "run is None",
         {"name": "a", "run": None},
         (
-            "step 'a': run must be callable (a function or coroutine function taking ctx), "
+            "step 'a': run must be callable (a function or coroutine function taking ctx) or a "
+            "Workflow, "
             "got NoneType None"
         ),
     ),

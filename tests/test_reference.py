@@ -55,6 +55,8 @@ DOCUMENTED: dict[str, Any] = {
     "workflow.run": Workflow.run,
     "workflow.run_sync": Workflow.run_sync,
     "Step": Step,
+    "Step.map": Step.map,
+    "Step.ask": Step.ask,
     "current_step": current_step,
     "current_step().save_progress": StepContext.save_progress,
     "PatternResult": PatternResult,

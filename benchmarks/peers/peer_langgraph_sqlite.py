@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import _peer
+from store_outputs import text, written_bytes
 
 DISTRIBUTION = "langgraph-checkpoint-sqlite"
 VERSION = "3.1.2"
@@ -38,23 +39,6 @@ class State(TypedDict, total=False):
     """Every output so far, by step name."""
 
     outputs: Annotated[dict[str, str], operator.or_]
-
-
-def text(number: int, size: int) -> str:
-    """The same outputs as ``stores.py``."""
-    head = f"{number:05d}"
-    return head + "x" * max(0, size - len(head))
-
-
-def written_bytes() -> int | None:
-    try:
-        with Path("/proc/self/io").open(encoding="ascii") as io:
-            for line in io:
-                if line.startswith("wchar:"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
 
 
 def node(number: int, size: int) -> Any:

@@ -1,14 +1,16 @@
 """The ``executionkit`` command line (``python -m executionkit``).
 
 Commands: ``demo``, ``run``, ``inspect`` and ``graph``. Exit codes: 0 done, 1 a
-step failed (or a checkpoint could not be saved), 2 usage or bad input, 130
-interrupted (Ctrl-C), 143 terminated (SIGTERM). Bad input is reported as one
+step failed (or a checkpoint could not be saved), 2 usage or bad input, 3 the run
+waits for answers to its questions (`Step.ask`), 130 interrupted (Ctrl-C), 143
+terminated (SIGTERM). Bad input is reported as one
 ``executionkit: error: ...`` line on stderr, never a traceback. The heavier
 imports (stores, progress, the demo) stay inside the commands, so that
 ``executionkit --help`` and ``inspect`` start quickly.
 
 One module per command (``_run``, ``_inspect``, ``_graph``), with what they share
-in ``_load`` (workflows, checkpoint files, inputs) and ``_text`` (terminal-safe text).
+in ``_load`` (workflows, checkpoint files, inputs), ``_questions`` (answers given and
+questions pending) and ``_text`` (terminal-safe text).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from executionkit._cli._exits import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_SUSPENDED,
     EXIT_TERMINATED,
     EXIT_USAGE,
     CliError,
@@ -40,6 +43,7 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_SUSPENDED",
     "EXIT_TERMINATED",
     "EXIT_USAGE",
     "PREVIEW_CHARS",

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 from executionkit._cli._exits import EXIT_OK, CliError
 from executionkit._cli._load import load_workflow
 from executionkit._cli._location import DatabaseLocation, parse_location
+from executionkit._cli._maps import items_text, unfinished_maps
+from executionkit._cli._questions import expired, now, question_block
 from executionkit._cli._text import json_document, out, preview
 from executionkit._terminal import one_line, show
 
@@ -15,6 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._types import TokenUsage
     from executionkit._workflow import Workflow
 
 
@@ -53,6 +56,7 @@ def _list_runs(location: DatabaseLocation, *, as_json: bool) -> int:
                 "seq": checkpoint.seq,
                 "recorded": len(checkpoint.outputs),
                 "failed": len(checkpoint.errors),
+                "waiting": len(checkpoint.pending),
                 "created_at": checkpoint.created_at,
             }
         )
@@ -62,7 +66,9 @@ def _list_runs(location: DatabaseLocation, *, as_json: bool) -> int:
     lines = [f"database: {one_line(location.label)}", f"runs: {len(runs)}"]
     lines.extend(
         f"  {show(run['run_id'])}: seq {run['seq']}, {run['recorded']} recorded, "
-        f"{run['failed']} failed, saved {run['created_at'] or 'at an unknown time'}"
+        f"{run['failed']} failed, "
+        + (f"{run['waiting']} waiting for an answer, " if run["waiting"] else "")
+        + f"saved {run['created_at'] or 'at an unknown time'}"
         for run in runs
     )
     if runs:
@@ -78,6 +84,11 @@ def describe(
 
     Outputs and progress values appear as previews of at most `PREVIEW_CHARS`
     characters. ``total``, ``pending`` and ``unknown`` are None without a workflow.
+    ``skipped`` maps each step a condition skipped to the reason.
+    ``items`` counts the recorded items of each unfinished map step, with their
+    token usage; its ``total`` is known only with the workflow, for a map over a
+    recorded step. ``waiting`` holds each question an ask step waits for an answer
+    to, whole, with when it was asked, its deadline and whether that has passed.
     """
     outputs = checkpoint.outputs
     names = list(outputs)
@@ -89,8 +100,11 @@ def describe(
         unknown = [name for name in outputs if name not in known]
         names += unknown
         total = len(declared)
-        pending = [name for name in declared if name not in outputs]
+        pending = [
+            name for name in declared if name not in outputs and name not in checkpoint.skipped
+        ]
     cost = checkpoint.cost
+    moment = now()
     return {
         "file": file,
         "version": checkpoint.version,
@@ -99,17 +113,22 @@ def describe(
         "created_at": checkpoint.created_at,
         "metadata": dict(checkpoint.metadata),
         "context_keys": list(checkpoint.context_keys),
-        "cost": {
-            "input_tokens": cost.input_tokens,
-            "output_tokens": cost.output_tokens,
-            "llm_calls": cost.llm_calls,
-        },
+        "cost": _usage(cost),
         "recorded": names,
         "total": total,
         "pending": pending,
         "unknown": unknown,
         "failed": dict(checkpoint.errors),
+        "skipped": dict(checkpoint.skipped),
         "progress": {name: preview(value) for name, value in checkpoint.progress.items()},
+        "items": {
+            name: {"recorded": items.recorded, "total": items.total, "cost": _usage(items.cost)}
+            for name, items in unfinished_maps(checkpoint, workflow).items()
+        },
+        "waiting": {
+            name: {**entry, "expired": expired(entry, moment)}
+            for name, entry in checkpoint.pending.items()
+        },
         "outputs": {name: preview(outputs[name]) for name in names},
     }
 
@@ -138,18 +157,58 @@ def describe_text(summary: Mapping[str, Any]) -> str:
     if summary["total"] is None:
         field("steps", f"{recorded} recorded (--workflow MODULE:ATTR shows the total)")
     else:
-        field("steps", f"{recorded - len(summary['unknown'])} of {summary['total']} recorded")
+        field("steps", _steps_text(summary))
         field("pending", ", ".join(map(show, summary["pending"])) or "(none)")
         if summary["unknown"]:
             names = ", ".join(map(show, summary["unknown"]))
             field("unknown", f"{names} (recorded, but not a step of the workflow)")
     field("failed", *(f"{show(name)}: {one_line(e)}" for name, e in summary["failed"].items()))
+    if summary["skipped"]:
+        skips = summary["skipped"].items()
+        field("skipped", *(f"{show(name)}: {one_line(reason)}" for name, reason in skips))
     field("progress", *(f"{show(name)}: {p}" for name, p in summary["progress"].items()))
+    if summary["items"]:
+        field("items", *(_items_text(name, items) for name, items in summary["items"].items()))
+    if summary["waiting"]:
+        field("waiting", *_waiting_lines(summary["waiting"]))
     outputs = summary["outputs"]
     lines.append("outputs" if outputs else "outputs     (none)")
     width = min(max((len(show(name)) for name in outputs), default=0), 24)
     lines.extend(f"  {show(name):<{width}}  {text}" for name, text in outputs.items())
     return "\n".join(lines)
+
+
+def _steps_text(summary: Mapping[str, Any]) -> str:
+    """``2 of 4 recorded, 1 skipped, 1 waiting for an answer``, knowing the workflow."""
+    recorded = len(summary["recorded"]) - len(summary["unknown"])
+    text = f"{recorded} of {summary['total']} recorded"
+    if summary["skipped"]:
+        text += f", {len(summary['skipped'])} skipped"
+    if summary["waiting"]:
+        text += f", {len(summary['waiting'])} waiting for an answer"
+    return text
+
+
+def _waiting_lines(waiting: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Each question: ``approve (asked ..., expires ...)``, then the question, indented."""
+    lines: list[str] = []
+    for name, entry in waiting.items():
+        lines.extend(question_block(name, entry, past_deadline=entry["expired"]))
+    return lines
+
+
+def _usage(cost: TokenUsage) -> dict[str, int]:
+    return {
+        "input_tokens": cost.input_tokens,
+        "output_tokens": cost.output_tokens,
+        "llm_calls": cost.llm_calls,
+    }
+
+
+def _items_text(name: str, items: Mapping[str, Any]) -> str:
+    """``summaries: 3 of 4 items recorded (300 in + 30 out = 330 tokens, 3 LLM calls)``."""
+    counted = items_text(items["recorded"], items["total"])
+    return f"{show(name)}: {counted} ({_usage_text(items['cost'])})"
 
 
 def _usage_text(cost: Mapping[str, int]) -> str:

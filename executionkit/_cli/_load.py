@@ -127,31 +127,10 @@ def load_checkpoint(path: Path, *, missing_ok: bool) -> WorkflowCheckpoint | Non
 
 def read_inputs(args: argparse.Namespace) -> dict[str, Any]:
     """The run's initial context: ``--inputs-json``, then each ``--input`` over it."""
-    from pathlib import Path  # noqa: PLC0415
-
     context: dict[str, Any] = {}
     if args.inputs_json is not None:
-        path = Path(args.inputs_json)
-        label = f"--inputs-json {path}"
-        data = _read_regular_file(path, label)
-        if data is None:
-            msg = f"{label}: no such file"
-            raise CliError(msg)
-        try:
-            parsed = parse_json(data.decode("utf-8"))
-        except UnicodeDecodeError:
-            msg = f"{label}: cannot read: not UTF-8 text"
-            raise CliError(msg) from None
-        except ValueError as exc:
-            msg = f"{label}: not JSON ({exc})"
-            raise CliError(msg) from None
-        if not isinstance(parsed, dict):
-            msg = (
-                f"{label}: must hold a JSON object of input names to values, "
-                f"got {type(parsed).__name__}"
-            )
-            raise CliError(msg)
-        context.update(parsed)
+        from_file = read_json_object("--inputs-json", args.inputs_json, "input names to values")
+        context.update(from_file)
     given: set[str] = set()
     for item in args.input:
         key, equals, value = item.partition("=")
@@ -164,6 +143,34 @@ def read_inputs(args: argparse.Namespace) -> dict[str, Any]:
         given.add(key)
         context[key] = value
     return context
+
+
+def read_json_object(flag: str, file: str, what: str) -> dict[str, Any]:
+    """The JSON object in ``file``, given with ``flag``; ``what`` its keys and values are.
+
+    Hostile files are refused as checkpoint files are: one `CliError` naming the flag
+    and the file, for anything that is not a regular file of strict JSON.
+    """
+    from pathlib import Path  # noqa: PLC0415
+
+    path = Path(file)
+    label = f"{flag} {path}"
+    data = _read_regular_file(path, label)
+    if data is None:
+        msg = f"{label}: no such file"
+        raise CliError(msg)
+    try:
+        parsed = parse_json(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        msg = f"{label}: cannot read: not UTF-8 text"
+        raise CliError(msg) from None
+    except ValueError as exc:
+        msg = f"{label}: not JSON ({exc})"
+        raise CliError(msg) from None
+    if not isinstance(parsed, dict):
+        msg = f"{label}: must hold a JSON object of {what}, got {type(parsed).__name__}"
+        raise CliError(msg)
+    return parsed
 
 
 # --- reading files given on the command line ----------------------------------------------

@@ -8,7 +8,10 @@ _EXIT_CODES = """\
 exit codes:
   0    done
   1    a step failed, or a checkpoint could not be saved (what completed is saved)
-  2    usage error or bad input (a missing file, not a checkpoint, a wrong MODULE:ATTR)
+  2    usage error or bad input (a missing file, not a checkpoint, a wrong MODULE:ATTR,
+       an answer to a step that is not waiting for one, or one its check refuses)
+  3    waiting for answers: the questions are printed and what completed is saved;
+       run again with --answer NAME=VALUE
   130  interrupted with Ctrl-C (what completed is saved)
   143  terminated with SIGTERM (what completed is saved)
 """
@@ -31,6 +34,13 @@ since values are never saved. To
 resume from a checkpoint of an older version of the workflow, pass
 --discard-unknown-steps to drop the steps it no longer has; to run recorded
 steps again (and what depends on them), name them with --rerun.
+
+A step built with Step.ask asks a person a question: the run goes on with
+everything else, then prints the questions waiting for an answer and exits
+with status 3. Answer by running again with the same --checkpoint and
+--answer NAME=VALUE (VALUE is read as JSON, else taken as a string: approve=true
+is the boolean, approve=yes the string) or --answers-json FILE (a JSON object
+of step names to answers; --answer wins over a key of the file).
 
 {_EXIT_CODES}"""
 
@@ -87,6 +97,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="a JSON object of initial-context values (typed values)",
     )
     run.add_argument(
+        "--answer",
+        metavar="NAME=VALUE",
+        action="append",
+        default=[],
+        help="answer the question ask step NAME waits for (VALUE: JSON, else a string); repeat",
+    )
+    run.add_argument(
+        "--answers-json",
+        metavar="FILE",
+        help="a JSON object of ask step names to answers",
+    )
+    run.add_argument(
         "--rerun",
         metavar="STEP",
         action="append",
@@ -104,8 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="show what a checkpoint file holds (imports nothing)",
         description=(
             "Show a checkpoint file: format, run_id, seq, recorded and failed steps,\n"
-            "saved progress, token usage and a preview of each output. Nothing is\n"
-            "imported or executed unless --workflow is given."
+            "saved progress, the items recorded of unfinished map steps, the questions\n"
+            "waiting for an answer (when asked, until when), token usage and a preview\n"
+            "of each output. Nothing is imported or executed unless\n"
+            "--workflow is given."
         ),
         epilog=_READ_EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -121,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument(
         "--workflow",
         metavar="MODULE:ATTR",
-        help="import this workflow to show the total and the pending steps",
+        help="import this workflow to show the total, the pending steps and the items of maps",
     )
     inspect.add_argument("--json", action="store_true", help="print a JSON object instead")
 
@@ -129,8 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
         "graph",
         help="print the workflow's dependency graph (Mermaid or Graphviz dot)",
         description=(
-            "Print the steps and their dependencies in declaration order. With\n"
-            "--checkpoint, each step is marked done, failed or pending."
+            "Print the steps and their dependencies in declaration order; a map step\n"
+            "is labelled [map over X], an ask step [ask]. With --checkpoint, each step\n"
+            "is marked done, failed, skipped, waiting (for an answer) or pending, and an\n"
+            "unfinished map says how many items are recorded."
         ),
         epilog=_READ_EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,

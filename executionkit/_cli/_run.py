@@ -10,11 +10,14 @@ from executionkit._cli._exits import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_SUSPENDED,
     EXIT_TERMINATED,
     CliError,
 )
 from executionkit._cli._load import load_workflow, read_inputs
 from executionkit._cli._location import DatabaseLocation, parse_location
+from executionkit._cli._maps import unfinished_maps
+from executionkit._cli._questions import GivenAnswers, now, pending_lines
 from executionkit._cli._text import error_text, json_document, out, say
 from executionkit._terminal import show
 
@@ -23,52 +26,68 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._result import WorkflowResult
     from executionkit._workflow import Workflow
 
 
 class _Saver:
-    """The run's ``checkpoint_fn``: the store, remembering what it last saved or why it failed."""
+    """The run's ``checkpoint_fn``: the store, remembering what it last saved or why it failed.
+
+    Without a store (no ``--checkpoint``) it only remembers the last checkpoint, whose
+    pending questions say when they were asked.
+    """
 
     def __init__(
-        self, store: Callable[[WorkflowCheckpoint], object], last: WorkflowCheckpoint | None
+        self, store: Callable[[WorkflowCheckpoint], object] | None, last: WorkflowCheckpoint | None
     ) -> None:
         self.store = store
         self.last = last
         self.error: Exception | None = None
 
     def __call__(self, checkpoint: WorkflowCheckpoint) -> None:
-        try:
-            self.store(checkpoint)
-        except Exception as exc:
-            self.error = exc
-            raise
+        if self.store is not None:
+            try:
+                self.store(checkpoint)
+            except Exception as exc:
+                self.error = exc
+                raise
         self.last = checkpoint
 
 
 def run_command(args: argparse.Namespace) -> int:
     """Run ``args.workflow``; print its outputs as JSON, or say what failed and what was saved."""
     context = read_inputs(args)
+    answers = GivenAnswers(args)
+    if answers and args.checkpoint is None:
+        msg = (
+            "--answer and --answers-json need --checkpoint: they answer the questions a run "
+            "saved there is waiting for"
+        )
+        raise CliError(msg)
     location = None if args.checkpoint is None else parse_location(args.checkpoint)
     run_id = None
     if isinstance(location, DatabaseLocation):
         run_id = location.named_run("--checkpoint")
     resume = None if location is None else location.load(missing_ok=True)
     workflow = load_workflow(args.workflow)
-    saver = None if location is None else _Saver(location.writer("--checkpoint"), resume)
+    saver = _Saver(None if location is None else location.writer("--checkpoint"), resume)
     label = None if location is None else location.label
     if args.discard_unknown_steps and resume is not None:
         _say_discarded(workflow, resume, label)
-    return _run(args, workflow, context, label=label, resume=resume, saver=saver, run_id=run_id)
+    return _run(
+        args, workflow, context, answers, label=label, resume=resume, saver=saver, run_id=run_id
+    )
 
 
 def _run(
     args: argparse.Namespace,
     workflow: Workflow,
     context: dict[str, Any],
+    answers: GivenAnswers,
     *,
     label: str | None,
     resume: WorkflowCheckpoint | None,
-    saver: _Saver | None,
+    saver: _Saver,
     run_id: str | None,
 ) -> int:
     """Run ``workflow``; report how it ended and return the exit code."""
@@ -81,11 +100,12 @@ def _run(
             context,
             checkpoint_fn=saver,
             resume_from=resume,
+            answers=answers.values or None,
             run_id=run_id,
             # A fresh run names its workflow; a resumed one keeps the checkpoint's metadata.
             metadata={"workflow": args.workflow} if resume is None else None,
             # Outputs that could not be written to the file fail their step at once.
-            validate_json=saver is not None,
+            validate_json=label is not None,
             on_event=ConsoleProgress(sys.stderr),  # escapes names and messages itself
             rerun=args.rerun or None,
             unknown_steps="discard" if args.discard_unknown_steps else "error",
@@ -96,7 +116,7 @@ def _run(
         raise CliError(in_cli_terms(str(exc), workflow)) from None
     except WorkflowFailed as failure:
         for name, error in failure.errors.items():
-            say(f"step {show(name)} failed: {error_text(error)}")
+            say(f"step {show(name)} failed: {in_cli_terms(error_text(error), workflow)}")
         say(_saved(label, saver, total))
         return EXIT_FAILED
     except KeyboardInterrupt:
@@ -110,13 +130,47 @@ def _run(
         say(f"terminated; {_saved(label, saver, total)}")
         return EXIT_TERMINATED
     except Exception as exc:
-        if saver is None or exc is not saver.error:
+        source = answers.refused(exc)
+        if source is not None:  # raised before anything ran, as RunArgumentError is
+            msg = f"{source}: the step's check refused the answer: {error_text(exc)}"
+            raise CliError(msg) from None
+        if exc is not saver.error:
             raise
         say(f"could not save the checkpoint to {label}: {error_text(exc)}")
         say(_saved(label, saver, total))
         return EXIT_FAILED
-    out(json_document(dict(result.outputs)))
-    return EXIT_OK
+    return _ended(result, label, saver, total)
+
+
+def _ended(result: WorkflowResult, label: str | None, saver: _Saver, total: int) -> int:
+    """Print the outputs of a run that finished (exit 0), or the questions it waits for."""
+    if not result.pending:
+        out(json_document(dict(result.outputs)))
+        return EXIT_OK
+    return _suspended(result, label, saver, total)
+
+
+def _suspended(result: WorkflowResult, label: str | None, saver: _Saver, total: int) -> int:
+    """Print the questions the run waits for, say what was saved, and return exit code 3."""
+    last = saver.last
+    asked = {} if last is None else last.pending
+    pending = {
+        name: asked.get(name) or {"question": question, "asked_at": "-", "expires_at": None}
+        for name, question in result.pending.items()
+    }
+    count = len(pending)
+    lines = [f"waiting for {'an answer' if count == 1 else f'{count} answers'}:"]
+    lines.extend(f"  {line}" for line in pending_lines(pending, now()))
+    out("\n".join(lines))
+    names = ", ".join(map(show, pending))
+    if label is None:
+        say(
+            f"waiting for answers to {names}; nothing was saved, so they cannot be given: "
+            f"pass --checkpoint FILE to answer in a later run"
+        )
+    else:
+        say(f"waiting for answers to {names}; {_saved(label, saver, total, answer=True)}")
+    return EXIT_SUSPENDED
 
 
 def _say_discarded(workflow: Workflow, resume: WorkflowCheckpoint, label: str | None) -> None:
@@ -148,6 +202,8 @@ _IN_CLI_TERMS = (
     ("initial_context keys collide with step names", "inputs collide with step names"),
     ("a context value cannot share a ctx key", "an input cannot share a ctx key"),
     ("rerun names steps", "--rerun names steps"),
+    ("answers given for steps", "answers given (--answer, --answers-json) for steps"),
+    ("the questions pending in resume_from", "the questions pending in the checkpoint"),
     (
         "rerun needs resume_from: without a checkpoint every step runs anyway",
         (
@@ -166,16 +222,25 @@ def in_cli_terms(message: str, workflow: Workflow) -> str:
         advice = f"pass rerun=[{step.name!r}]"
         if message.endswith(advice):
             message = f"{message.removesuffix(advice)}pass --rerun {shlex.quote(step.name)}"
+        asks = f"; rerun=[{step.name!r}] asks it again"  # an answer after the deadline
+        if message.endswith(asks):
+            flag = f"--rerun {shlex.quote(step.name)}"
+            message = f"{message.removesuffix(asks)}; {flag} asks it again"
     return message
 
 
-def _saved(label: str | None, saver: _Saver | None, total: int) -> str:
-    if label is None or saver is None:
+def _saved(label: str | None, saver: _Saver, total: int, *, answer: bool = False) -> str:
+    if label is None:
         return "nothing was saved; pass --checkpoint FILE to keep the steps that completed"
     last = saver.last
     if last is None:
         return f"nothing was saved to {label}"
+    items = "".join(
+        f", {entry.recorded:,} item{'' if entry.recorded == 1 else 's'} of {show(name)}"
+        for name, entry in unfinished_maps(last, None).items()
+    )
+    again = "and --answer NAME=VALUE to answer" if answer else "to resume"
     return (
-        f"checkpoint saved to {label} (seq {last.seq}, {last.step_index} of {total} steps "
-        f"recorded); run again with the same --checkpoint to resume"
+        f"checkpoint saved to {label} (seq {last.seq}, {last.step_index} of {total} steps"
+        f"{items} recorded); run again with the same --checkpoint {again}"
     )

@@ -93,13 +93,25 @@ def extra_fields(checkpoint: WorkflowCheckpoint) -> dict[str, Any]:
 
 
 def unfinished(checkpoint: WorkflowCheckpoint) -> list[str]:
-    """The steps ``step_info`` describes besides the recorded ones, in its order.
+    """The steps ``step_info`` describes besides the recorded ones.
 
     Steps with progress, skipped steps, unfinished maps, pending questions and
     sub-workflows in progress; a line carries their info whole (``progress_info``).
+    A checkpoint's ``step_info`` describes no other step (its reader checks that),
+    so only those fields are looked through, not every step: a save's cost does
+    not grow with the number of outputs recorded.
     """
-    outputs = checkpoint.outputs
-    return [name for name in checkpoint.step_info if name not in outputs]
+    outputs, info = checkpoint.outputs, checkpoint.step_info
+    named = dict.fromkeys(
+        [
+            *checkpoint.progress,
+            *checkpoint.skipped,
+            *checkpoint.items,
+            *checkpoint.pending,
+            *checkpoint.children,
+        ]
+    )
+    return [name for name in named if name in info and name not in outputs]
 
 
 def pack_info(info: Mapping[str, Any] | None) -> object:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from executionkit._checkpoint import WorkflowCheckpoint
 from executionkit._errors import CheckpointFormatError
 from executionkit.stores._common import TOO_DEEP, dumps, loads, stale
+from executionkit.stores._lines_format import unfinished
 from executionkit.stores._sql_items import (
     FORGET_DROPPED_ITEMS,
     ItemRows,
@@ -262,10 +263,8 @@ class SqlCheckpoints:
         """
         # The info of steps without an output (progress, skipped, items, questions) rides
         # in the header; that of recorded steps rides with their outputs.
-        outputs = checkpoint.outputs
-        others = {
-            name: entry for name, entry in checkpoint.step_info.items() if name not in outputs
-        }
+        info = checkpoint.step_info
+        others = {name: info[name] for name in unfinished(checkpoint)}
         try:
             slim = dataclasses.replace(
                 checkpoint,

@@ -1,0 +1,113 @@
+"""Questions to a person (`Step.ask`): asking, the clock, and checking answers.
+
+Plain synchronous code. A question is recorded as pending with the time it
+was asked and its deadline; an answer given to ``run`` is checked against the
+pending questions before anything runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from executionkit._errors import RunArgumentError, did_you_mean
+from executionkit._plain import plain_copy
+
+if TYPE_CHECKING:
+    from executionkit._graph import Graph
+    from executionkit._step_kinds import AskStep
+
+
+def utc_now() -> datetime:
+    """The time questions are asked and answers are checked at (tests replace it)."""
+    return datetime.now(UTC)
+
+
+def asked(step: AskStep, question: object) -> MappingProxyType[str, Any]:
+    """The pending entry of ``step`` asking ``question`` now (checked to be plain data)."""
+    recorded = plain_copy(question, f"question of step {step.name!r}")
+    now = utc_now()
+    lifetime = step.lifetime
+    expires = None if lifetime is None else (now + timedelta(seconds=lifetime)).isoformat()
+    return MappingProxyType(
+        {"question": recorded, "asked_at": now.isoformat(), "expires_at": expires}
+    )
+
+
+class Answers:
+    """The answers given to one run, checked against its pending questions."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        pending: Mapping[str, Mapping[str, Any]],
+        recorded: Mapping[str, Any],
+        answers: Mapping[str, Any],
+    ) -> None:
+        """Check every answer before anything runs.
+
+        Raises:
+            RunArgumentError: If an answer names a step that is not waiting for
+                one, listing the pending questions.
+            Exception: Whatever a step's ``check`` raised for its answer.
+        """
+        wrong = [
+            f"{name!r} ({_why_not(graph, name, recorded)})"
+            for name in answers
+            if name not in pending
+        ]
+        if wrong:
+            waiting = ", ".join(map(repr, pending)) or "none"
+            msg = (
+                f"answers given for steps that are not waiting for one: {', '.join(wrong)}; "
+                f"the questions pending in resume_from: {waiting}"
+            )
+            raise RunArgumentError(msg)
+        self.stored: dict[str, Any] = {}
+        self.expired: dict[str, Exception] = {}
+        now = utc_now()
+        for name, answer in answers.items():
+            step: Any = graph.steps[graph.index[name]]
+            value = answer
+            if step.check is not None:
+                try:
+                    value = step.check(answer)
+                except Exception as exc:
+                    exc.add_note(f"executionkit: check of step {name!r} refused the answer")
+                    raise
+            self.stored[name] = plain_copy(value, f"answer of step {name!r}")
+            deadline = pending[name]["expires_at"]
+            if deadline is not None and now > datetime.fromisoformat(deadline):
+                msg = (
+                    f"step {name!r}: the question expired at {deadline}, before the answer "
+                    f"given at {now.isoformat()}; rerun=[{name!r}] asks it again"
+                )
+                self.expired[name] = TimeoutError(msg)
+        for name in self.expired:
+            del self.stored[name]
+
+
+def _why_not(graph: Graph, name: str, recorded: Mapping[str, Any]) -> str:
+    position = graph.index.get(name)
+    if position is None:
+        return "no such step" + did_you_mean(name, graph.names)
+    if position not in graph.asks:
+        return "not an ask step"
+    if name in recorded:
+        return "already answered"
+    return "not asked yet"
+
+
+def checked_answers(value: object) -> Mapping[str, Any]:
+    """``answers`` as given to ``run``: a mapping with str keys."""
+    if value is None:
+        return MappingProxyType({})
+    if not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value):
+        msg = (
+            f"answers must be a dict of ask step name to answer, "
+            f"got {type(value).__name__} {value!r}"
+        )
+        raise RunArgumentError(msg)
+    return MappingProxyType(dict(value))

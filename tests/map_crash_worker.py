@@ -1,0 +1,67 @@
+"""The process the map kill test kills: a 40-item map recorded into a JSON Lines file.
+
+Usage: ``python tests/map_crash_worker.py CHECKPOINT``. Not a test module. Each
+event is one line on stdout, written with one ``os.write`` so lines stay whole:
+``run-start <recorded item keys, comma-separated>`` (what the file held when the
+run began; ``*`` when the map's output itself was recorded), ``item-start <key>``,
+``checkpoint <seq>`` (once stored) and finally ``done <outputs and cost as JSON>``.
+If CHECKPOINT exists the run resumes from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from typing import Any
+
+from executionkit import PatternResult, Step, TokenUsage, Workflow, WorkflowCheckpoint
+from executionkit.stores import JsonLinesStore
+
+ITEMS = 40
+
+
+def say(line: str) -> None:
+    os.write(1, (line + "\n").encode())
+
+
+async def summarise(item: int, ctx: Any) -> PatternResult[int]:
+    say(f"item-start {item}")
+    for _ in range(item % 5):
+        await asyncio.sleep(0.0005)  # work of varying length, so items finish out of order
+    return PatternResult(item * item, cost=TokenUsage(item, 1, 1))
+
+
+WORKFLOW = Workflow(
+    [
+        Step("split", lambda ctx: list(range(ITEMS))),
+        Step.map("squares", summarise, over="split", key=str, max_concurrency=4),
+        Step("total", lambda ctx: sum(ctx["squares"]), depends_on=("squares",)),
+    ]
+)
+
+
+def main(path: str) -> None:
+    store = JsonLinesStore(path)
+    resume = store.load()
+    if resume is None:
+        recorded = ""
+    elif "squares" in resume.outputs:
+        recorded = "*"
+    else:
+        recorded = ",".join(resume.items.get("squares", {"outputs": {}})["outputs"])
+    say(f"run-start {recorded}")
+
+    def save(checkpoint: WorkflowCheckpoint) -> None:
+        store(checkpoint)
+        say(f"checkpoint {checkpoint.seq}")
+
+    result = WORKFLOW.run_sync(resume_from=resume, checkpoint_fn=save)
+    cost = result.cost
+    summary = {"total": result.outputs["total"], "cost": [cost.input_tokens, cost.llm_calls]}
+    say(f"done {json.dumps(summary)}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

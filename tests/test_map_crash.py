@@ -1,0 +1,69 @@
+"""SIGKILL a process in the middle of a map, again and again: no recorded item runs twice.
+
+`map_crash_worker.py` runs a 40-item map whose items are recorded into a
+`JsonLinesStore` as they complete. It is killed at seeded random moments and
+started again until it finishes. Every run must start only items the file did
+not hold when it began, and the final output and token usage must be exactly
+those of one uninterrupted run: items killed in flight, or finished but not yet
+stored, run again and are counted once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+WORKER = Path(__file__).resolve().parent / "map_crash_worker.py"
+ITEMS = 40
+EXPECTED = {"total": sum(i * i for i in range(ITEMS)), "cost": [sum(range(ITEMS)), ITEMS]}
+
+
+def run_until_killed(path: Path, kill_after: int | None) -> list[str]:
+    """Start the worker; SIGKILL it after ``kill_after`` lines (None: let it finish)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    process = subprocess.Popen(  # noqa: S603 - our own worker script
+        [sys.executable, str(WORKER), str(path)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert process.stdout is not None
+    lines: list[str] = []
+    for line in process.stdout:
+        lines.append(line.rstrip("\n"))
+        if kill_after is not None and len(lines) >= kill_after:
+            process.send_signal(signal.SIGKILL)
+            break
+    process.stdout.close()
+    process.wait()
+    return lines
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_kills_mid_map_never_rerun_a_recorded_item(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    path = tmp_path / "run.jsonl"
+    episodes: list[list[str]] = []
+    while not episodes or not episodes[-1][-1].startswith("done "):
+        kill_after = rng.randint(2, 30) if len(episodes) < 8 else None
+        episodes.append(run_until_killed(path, kill_after))
+    kills = len(episodes) - 1
+    assert kills >= 1
+    started_total = 0
+    for lines in episodes:
+        assert lines[0].startswith("run-start")
+        recorded = lines[0].removeprefix("run-start").strip()
+        held = set(recorded.split(",")) if recorded and recorded != "*" else set()
+        started = [line.split()[1] for line in lines if line.startswith("item-start ")]
+        started_total += len(started)
+        if recorded == "*":
+            assert started == []
+        assert not held & set(started), f"recorded items ran again: {held & set(started)}"
+        assert len(started) == len(set(started))
+    summary = json.loads(episodes[-1][-1].removeprefix("done "))
+    assert summary == EXPECTED
+    assert started_total >= ITEMS
