@@ -72,11 +72,10 @@ async def run_child(
         # The parent's budget, passed down: the parent stops too, and says so.
         raise Unfinished(str(exc)) from exc
     if result.pending:
+        # Suspended: its checkpoint (with its questions) is in the parent's record; the
+        # parent's result lists them as "step/question", and a resume answers them.
         names = ", ".join(map(repr, result.pending))
-        msg = (
-            f"the sub-workflow asked questions ({names}); questions inside sub-workflows are "
-            f"not supported yet: ask them in the parent workflow"
-        )
-        raise NotImplementedError(msg)
+        msg = f"the sub-workflow waits for answers to {names}"
+        raise Unfinished(msg)
     landing.child_finished(position, key, result.cost)
     return dict(result.outputs)

@@ -151,6 +151,7 @@ class Kinds:
             "on_event": options.on_event,
             "executor": options.executor,
             "checkpoint_every": "step",
+            "answers": record.child_answers(name, key),
         }
         return record.child_checkpoint(name, key), inherited
 

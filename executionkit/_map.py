@@ -197,6 +197,8 @@ class _Driver:
                 message = f"item {key!r} of step {self.name!r} was cancelled"
                 landing.landed_interrupt(asyncio.CancelledError(message))
             raise
+        except Unfinished:
+            return  # a sub-workflow waiting for answers, or stopped by the budget
         except Exception as exc:  # noqa: BLE001 - an item's failure is data here
             self.failures[key] = exc
             landing.item_failed(self.position, key, exc, began)

@@ -111,3 +111,71 @@ def checked_answers(value: object) -> Mapping[str, Any]:
         )
         raise RunArgumentError(msg)
     return MappingProxyType(dict(value))
+
+
+def nested_pending(graph: Graph, children: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """The questions pending inside sub-workflows, named ``step/question``.
+
+    A map of sub-workflows names them ``step/item key/question``; deeper nesting
+    adds a segment per level. In declaration order of the parent's steps.
+    """
+    from executionkit._checkpoint import WorkflowCheckpoint  # noqa: PLC0415 - a cycle
+
+    found: dict[str, Mapping[str, Any]] = {}
+
+    def walk(prefix: str, checkpoint: WorkflowCheckpoint) -> None:
+        for name, entry in checkpoint.pending.items():
+            found[f"{prefix}/{name}"] = entry
+        for name, nested in checkpoint.children.items():
+            if "checkpoint" in nested:
+                walk(f"{prefix}/{name}", nested["checkpoint"])
+            else:
+                for key, item in nested["items"].items():
+                    walk(f"{prefix}/{name}/{key}", item)
+
+    for name in graph.names:
+        child = children.get(name)
+        if isinstance(child, WorkflowCheckpoint):
+            walk(name, child)
+        elif child is not None:
+            for key, item in child.items():
+                walk(f"{name}/{key}", item)
+    return found
+
+
+def route_answers(
+    graph: Graph,
+    own: Mapping[str, Mapping[str, Any]],
+    nested: Mapping[str, Mapping[str, Any]],
+    answers: Mapping[str, Any],
+) -> tuple[dict[str, Any], dict[tuple[str, str | None], dict[str, Any]]]:
+    """Split ``answers`` into this run's and each sub-workflow's (by step and item key).
+
+    A name that is a step of this workflow is this run's; ``step/...`` and
+    ``step/key/...`` go to that child, with the rest of the name. Raises
+    `RunArgumentError` for a nested name no child is waiting on.
+    """
+    mine: dict[str, Any] = {}
+    routed: dict[tuple[str, str | None], dict[str, Any]] = {}
+    wrong: list[str] = []
+    for name, answer in answers.items():
+        if name in graph.index or "/" not in name:
+            mine[name] = answer
+            continue
+        if name not in nested:
+            wrong.append(name)
+            continue
+        step, rest = name.split("/", 1)
+        position = graph.index.get(step)
+        key: str | None = None
+        if position is not None and position in graph.maps:
+            key, rest = rest.split("/", 1)
+        routed.setdefault((step, key), {})[rest] = answer
+    if wrong:
+        waiting = ", ".join(map(repr, [*own, *nested])) or "none"
+        msg = (
+            f"answers given for questions no sub-workflow is waiting on: "
+            f"{', '.join(map(repr, wrong))}; the questions pending in resume_from: {waiting}"
+        )
+        raise RunArgumentError(msg)
+    return mine, routed

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from executionkit._checkpoint import SharedFields, WorkflowCheckpoint, trusted_checkpoint
 from executionkit._errors import BudgetExceeded, WorkflowFailed
 from executionkit._plain import plain_copy
-from executionkit._questions import Answers, asked
+from executionkit._questions import Answers, asked, nested_pending, route_answers
 from executionkit._result import WorkflowResult
 from executionkit._resume import Restored, restore
 from executionkit._snapshot import Extended, OutputLog
@@ -126,13 +126,20 @@ class Record:
                 for key, item in child.items():
                     self._child_cost[name, key] = item.cost
         self.answered: tuple[str, ...] = ()
+        self._child_answers: dict[tuple[str, str | None], dict[str, Any]] = {}
         if options.answers or state.pending:
             self._answer(options.answers)
 
     # --- questions ------------------------------------------------------------------------
 
     def _answer(self, answers: Mapping[str, Any]) -> None:
-        """Apply the run's answers (checked first: nothing is changed if one is refused)."""
+        """Apply the run's answers (checked first: nothing is changed if one is refused).
+
+        Answers to questions of sub-workflows (``step/question``) are kept for
+        the child, which gets them when it resumes (`child_answers`).
+        """
+        nested = nested_pending(self.graph, self.children) if self.children else {}
+        answers, self._child_answers = route_answers(self.graph, self.pending, nested, answers)
         checked = Answers(self.graph, self.pending, self.outputs, answers)
         index = self.graph.index
         for name in sorted(checked.stored, key=index.__getitem__):
@@ -184,6 +191,20 @@ class Record:
                 items.pop(key, None)
                 if not items:
                     del self.children[name]
+
+    def child_answers(self, name: str, key: str | None) -> dict[str, Any] | None:
+        """The answers given to this run for the child of step ``name`` (item ``key``)."""
+        return self._child_answers.pop((name, key), None)
+
+    def waiting(self) -> dict[str, Any]:
+        """Every question waiting for an answer, nested ones as ``step/question``."""
+        names = self.graph.names
+        pending = self.pending
+        found = {name: pending[name]["question"] for name in names if name in pending}
+        if self.children:
+            nested = nested_pending(self.graph, self.children)
+            found.update((name, entry["question"]) for name, entry in nested.items())
+        return found
 
     def child_spent(self, name: str, key: str | None) -> TokenUsage:
         """What the child of step ``name`` (item ``key``) has spent so far."""
@@ -504,12 +525,9 @@ class Record:
         """The `WorkflowResult` of a run that completed."""
         outputs = self.outputs
         names = self.graph.names
-        pending = self.pending
         return WorkflowResult(
             outputs=MappingProxyType({name: outputs[name] for name in names if name in outputs}),
-            pending=MappingProxyType(
-                {name: pending[name]["question"] for name in names if name in pending}
-            ),
+            pending=MappingProxyType(self.waiting()),
             cost=self.cost,
             run_id=self.run_id,
             executed=tuple(self.executed),

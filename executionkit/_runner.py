@@ -432,8 +432,9 @@ class Run:
         )
         if self._observed:
             duration = time.perf_counter() - began
-            if outcome is None and record.pending:
-                names = tuple(n for n in self._graph.names if n in record.pending)
+            waiting = record.waiting() if outcome is None else None
+            if waiting:
+                names = tuple(waiting)
                 self._announcer.emit(RunSuspended(self._run_id, duration, record.cost, names))
             elif outcome is None:
                 self._announcer.emit(

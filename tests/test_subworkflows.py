@@ -18,6 +18,7 @@ import pytest
 from executionkit import (
     BudgetExceeded,
     PatternResult,
+    RunArgumentError,
     Step,
     TokenUsage,
     Workflow,
@@ -239,13 +240,71 @@ def test_child_events_reach_on_event_with_the_childs_run_id() -> None:
     assert child_steps == {"search", "read", "notes"}
 
 
-def test_questions_inside_a_sub_workflow_are_refused_clearly() -> None:
-    child = Workflow([Step.ask("approve", lambda ctx: "ok?")])
-    with pytest.raises(WorkflowFailed) as caught:
-        Workflow([Step("sub", child)]).run_sync()
-    error = caught.value.errors["sub"]
-    assert isinstance(error, NotImplementedError)
-    assert "questions inside sub-workflows are not supported yet" in str(error)
+def test_a_question_inside_a_child_suspends_the_parent_and_is_answered_by_path() -> None:
+    calls: Counter[str] = Counter()
+
+    def draft(ctx: Any) -> str:
+        calls["draft"] += 1
+        return f"draft on {ctx['topic']}"
+
+    def final(ctx: Any) -> str:
+        calls["final"] += 1
+        return f"final ({ctx['approve']})"
+
+    child = Workflow(
+        [
+            Step("draft", draft),
+            Step.ask("approve", lambda ctx: {"draft": ctx["draft"]}, depends_on=("draft",)),
+            Step("final", final, depends_on=("approve",)),
+        ]
+    )
+    workflow = Workflow(
+        [
+            Step("topic", lambda ctx: "cats"),
+            Step("research", child, depends_on=("topic",)),
+            Step("publish", lambda ctx: ctx["research"]["final"], depends_on=("research",)),
+        ]
+    )
+    saved: list[WorkflowCheckpoint] = []
+    seen: list[ev.Event] = []
+    first = workflow.run_sync(checkpoint_fn=saved.append, on_event=seen.append, run_id="p")
+    assert dict(first.pending) == {"research/approve": {"draft": "draft on cats"}}
+    assert list(first.outputs) == ["topic"]
+    suspended = [e for e in seen if isinstance(e, ev.RunSuspended) and e.run_id == "p"]
+    assert suspended[0].pending == ("research/approve",)
+    checkpoint = round_trip(saved[-1])
+    assert checkpoint.pending == {}
+    assert "approve" in checkpoint.children["research"]["checkpoint"].pending
+    with pytest.raises(RunArgumentError, match="no sub-workflow is waiting on: 'research/aprove'"):
+        workflow.run_sync(resume_from=checkpoint, answers={"research/aprove": "yes"})
+    again = workflow.run_sync(resume_from=checkpoint)
+    assert dict(again.pending) == dict(first.pending)
+    result = workflow.run_sync(resume_from=checkpoint, answers={"research/approve": "yes"})
+    assert result.outputs["publish"] == "final (yes)"
+    assert dict(result.pending) == {}
+    assert calls == Counter({"draft": 1, "final": 1})
+
+
+def test_questions_in_a_map_of_children_are_answered_one_item_at_a_time() -> None:
+    per_document = Workflow([Step.ask("ok", lambda ctx: f"publish {ctx['item']}?")])
+    workflow = Workflow([Step.map("docs", per_document, over="names")])
+    saved: list[WorkflowCheckpoint] = []
+    context = {"names": ["a", "b"]}
+    first = workflow.run_sync(context, checkpoint_fn=saved.append)
+    assert dict(first.pending) == {"docs/0/ok": "publish a?", "docs/1/ok": "publish b?"}
+    second = workflow.run_sync(
+        context,
+        resume_from=round_trip(saved[-1]),
+        answers={"docs/0/ok": "y"},
+        checkpoint_fn=saved.append,
+    )
+    assert dict(second.pending) == {"docs/1/ok": "publish b?"}
+    assert dict(round_trip(saved[-1]).items["docs"]["outputs"]) == {"0": {"ok": "y"}}
+    third = workflow.run_sync(
+        context, resume_from=round_trip(saved[-1]), answers={"docs/1/ok": "n"}
+    )
+    assert third.outputs["docs"] == [{"ok": "y"}, {"ok": "n"}]
+    assert dict(third.pending) == {}
 
 
 def test_a_step_that_became_a_sub_workflow_runs_again() -> None:
