@@ -130,7 +130,7 @@ class Kinds:
         budget = options.budget
         if budget is not None:
             # What the rest of the run has not spent of each limit (0 stays "no limit").
-            elsewhere = record.cost - record.child_spent(name, key)
+            elsewhere = record.cost - record.children.spent(name, key)
             budget = TokenUsage(
                 *(
                     0 if limit == 0 else max(1, limit - used)
@@ -151,9 +151,9 @@ class Kinds:
             "on_event": options.on_event,
             "executor": options.executor,
             "checkpoint_every": "step",
-            "answers": record.child_answers(name, key),
+            "answers": record.children.take_answers(name, key),
         }
-        return record.child_checkpoint(name, key), inherited
+        return record.children.checkpoint(name, key), inherited
 
     def child_saved(
         self, position: int, key: str | None, checkpoint: WorkflowCheckpoint

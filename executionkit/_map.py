@@ -19,11 +19,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from executionkit._aio import wait_through
 from executionkit._errors import ContextKeyError
+from executionkit._snapshot import OutputLog
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Collection
 
     from executionkit._step_kinds import MapStep
+    from executionkit._types import TokenUsage
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,3 +227,16 @@ class _Driver:
             f"others that completed are recorded, and a resume runs only the rest"
         )
         return ExceptionGroup(msg, errors)
+
+
+class MapItems:
+    """The finished items of one map that has not finished, in recording order."""
+
+    __slots__ = ("cost", "live", "log", "since")
+
+    def __init__(self, stored: Mapping[str, Any], live: dict[str, Any], cost: TokenUsage) -> None:
+        """Start from the items restored from a checkpoint (or none)."""
+        self.log = OutputLog(stored)
+        self.live = live
+        self.cost = cost
+        self.since = len(self.log)

@@ -18,7 +18,9 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from executionkit._checkpoint import SharedFields, WorkflowCheckpoint, trusted_checkpoint
+from executionkit._children import Children
 from executionkit._errors import BudgetExceeded, WorkflowFailed
+from executionkit._map import MapDone, MapItems
 from executionkit._plain import plain_copy
 from executionkit._questions import Answers, asked, nested_pending, route_answers
 from executionkit._result import WorkflowResult
@@ -30,7 +32,6 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from executionkit._graph import Graph
-    from executionkit._map import MapDone
     from executionkit._options import RunOptions
 
 EMPTY: MappingProxyType[str, Any] = MappingProxyType({})
@@ -117,16 +118,9 @@ class Record:
         self._maps = graph.maps
         # The latest checkpoint of each sub-workflow in progress: step -> checkpoint, or
         # for a map of sub-workflows step -> {item key: checkpoint}; and what each spent.
-        self.children: dict[str, Any] = state.children
-        self._child_cost: dict[tuple[str, str | None], TokenUsage] = {}
-        for name, child in self.children.items():
-            if isinstance(child, WorkflowCheckpoint):
-                self._child_cost[name, None] = child.cost
-            else:
-                for key, item in child.items():
-                    self._child_cost[name, key] = item.cost
+        # The sub-workflows in progress: their latest checkpoints and what they spent.
+        self.children = Children(state.children)
         self.answered: tuple[str, ...] = ()
-        self._child_answers: dict[tuple[str, str | None], dict[str, Any]] = {}
         if options.answers or state.pending:
             self._answer(options.answers)
 
@@ -138,8 +132,9 @@ class Record:
         Answers to questions of sub-workflows (``step/question``) are kept for
         the child, which gets them when it resumes (`child_answers`).
         """
-        nested = nested_pending(self.graph, self.children) if self.children else {}
-        answers, self._child_answers = route_answers(self.graph, self.pending, nested, answers)
+        children = self.children
+        nested = nested_pending(self.graph, children.latest) if children else {}
+        answers, children.answers = route_answers(self.graph, self.pending, nested, answers)
         checked = Answers(self.graph, self.pending, self.outputs, answers)
         index = self.graph.index
         for name in sorted(checked.stored, key=index.__getitem__):
@@ -162,39 +157,14 @@ class Record:
 
     # --- sub-workflows ---------------------------------------------------------------------
 
-    def child_checkpoint(self, name: str, key: str | None) -> WorkflowCheckpoint | None:
-        """The latest checkpoint of the child of step ``name`` (item ``key``), if any."""
-        child = self.children.get(name)
-        if child is None or key is None:
-            return child if isinstance(child, WorkflowCheckpoint) else None
-        found: WorkflowCheckpoint | None = child.get(key)
-        return found
-
     def child_saved(self, name: str, key: str | None, checkpoint: WorkflowCheckpoint) -> None:
         """Keep the child's latest checkpoint and count what it spent since the last one."""
-        self.cost += checkpoint.cost - self._child_cost.get((name, key), _ZERO)
-        self._child_cost[name, key] = checkpoint.cost
-        if key is None:
-            self.children[name] = checkpoint
-        else:
-            self.children.setdefault(name, {})[key] = checkpoint
+        self.cost += self.children.keep(name, key, checkpoint)
         self.changes += 1
 
     def child_finished(self, name: str, key: str | None, cost: TokenUsage) -> None:
         """The child completed: count the rest of what it spent; its output lands next."""
-        self.cost += cost - self._child_cost.pop((name, key), _ZERO)
-        if key is None:
-            self.children.pop(name, None)
-        else:
-            items = self.children.get(name)
-            if items is not None:
-                items.pop(key, None)
-                if not items:
-                    del self.children[name]
-
-    def child_answers(self, name: str, key: str | None) -> dict[str, Any] | None:
-        """The answers given to this run for the child of step ``name`` (item ``key``)."""
-        return self._child_answers.pop((name, key), None)
+        self.cost += self.children.drop(name, key, cost)
 
     def waiting(self) -> dict[str, Any]:
         """Every question waiting for an answer, nested ones as ``step/question``."""
@@ -202,13 +172,9 @@ class Record:
         pending = self.pending
         found = {name: pending[name]["question"] for name in names if name in pending}
         if self.children:
-            nested = nested_pending(self.graph, self.children)
+            nested = nested_pending(self.graph, self.children.latest)
             found.update((name, entry["question"]) for name, entry in nested.items())
         return found
-
-    def child_spent(self, name: str, key: str | None) -> TokenUsage:
-        """What the child of step ``name`` (item ``key``) has spent so far."""
-        return self._child_cost.get((name, key), _ZERO)
 
     # --- what lands -----------------------------------------------------------------------
 
@@ -470,18 +436,9 @@ class Record:
             fields["new_items"] = MappingProxyType(new)
         if self.pending:
             fields["pending"] = MappingProxyType(dict(self.pending))
-        children = self.children
+        children = self.children.latest
         if children:
-            fields["children"] = MappingProxyType(
-                {
-                    name: MappingProxyType(
-                        {"checkpoint": child}
-                        if isinstance(child, WorkflowCheckpoint)
-                        else {"items": MappingProxyType(dict(child))}
-                    )
-                    for name, child in children.items()
-                }
-            )
+            fields["children"] = self.children.field()
         described = fields.get("step_info")
         if described is None:
             described = self.log.info(length, info)
@@ -543,19 +500,6 @@ class Record:
             return EMPTY
         names = self.graph.names
         return MappingProxyType({name: skipped[name] for name in names if name in skipped})
-
-
-class MapItems:
-    """The finished items of one map that has not finished, in recording order."""
-
-    __slots__ = ("cost", "live", "log", "since")
-
-    def __init__(self, stored: Mapping[str, Any], live: dict[str, Any], cost: TokenUsage) -> None:
-        """Start from the items restored from a checkpoint (or none)."""
-        self.log = OutputLog(stored)
-        self.live = live
-        self.cost = cost
-        self.since = len(self.log)
 
 
 def _new_run_id() -> str:
