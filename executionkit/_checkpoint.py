@@ -18,6 +18,7 @@ from executionkit._checkpoint_fields import (
     describe,
     fail,
     guard,
+    info_dict,
     int_text,
     newer_version,
     read_children,
@@ -27,6 +28,7 @@ from executionkit._checkpoint_fields import (
     read_dict,
     read_errors,
     read_items,
+    read_new_items,
     read_new_outputs,
     read_outputs,
     read_pending,
@@ -37,6 +39,7 @@ from executionkit._checkpoint_fields import (
     read_timestamp,
     read_token_usage,
     read_version,
+    usage_dict,
 )
 from executionkit._errors import CheckpointFormatError, preview
 from executionkit._types import TokenUsage
@@ -195,7 +198,7 @@ class WorkflowCheckpoint:
             "step_info", lambda: read_step_info(info, version, outputs, frozen_progress, others)
         )
         guard("new_outputs", lambda: read_new_outputs(new, outputs))
-        new_items = guard("new_items", lambda: _read_new_items(self.new_items, items))
+        new_items = guard("new_items", lambda: read_new_items(self.new_items, items))
         freeze = object.__setattr__
         freeze(self, "version", version)
         freeze(self, "outputs", MappingProxyType(outputs))
@@ -220,7 +223,7 @@ class WorkflowCheckpoint:
 
         The shape is documented in ``docs/reference.md``.
         """
-        cost = _usage_dict(self.cost)
+        cost = usage_dict(self.cost)
         if self.version == LEGACY_VERSION:
             return {"step_index": self.step_index, "outputs": dict(self.outputs), "cost": cost}
         data: dict[str, Any] = {
@@ -237,11 +240,11 @@ class WorkflowCheckpoint:
         }
         if self.version >= 2:  # noqa: PLR2004 - the version that introduced progress
             data["progress"] = dict(self.progress)
-            data["step_info"] = {name: _info_dict(info) for name, info in self.step_info.items()}
+            data["step_info"] = {name: info_dict(info) for name, info in self.step_info.items()}
         if self.version >= 3:  # noqa: PLR2004 - the version that introduced these
             data["skipped"] = dict(self.skipped)
             data["items"] = {
-                name: {"outputs": dict(entry["outputs"]), "cost": _usage_dict(entry["cost"])}
+                name: {"outputs": dict(entry["outputs"]), "cost": usage_dict(entry["cost"])}
                 for name, entry in self.items.items()
             }
             data["pending"] = {name: dict(entry) for name, entry in self.pending.items()}
@@ -312,34 +315,6 @@ def _read_checkpoint(cls: type[WorkflowCheckpoint], data: object) -> WorkflowChe
 
 
 _LATER_FIELDS = ("skipped", "items", "pending", "children")
-
-
-def _read_new_items(
-    value: object, items: Mapping[str, Mapping[str, Any]]
-) -> MappingProxyType[str, tuple[str, ...]]:
-    found = read_dict(value, "new_items")
-    for name, keys in found.items():
-        held = items[name]["outputs"] if name in items else {}
-        if not isinstance(keys, tuple) or not all(
-            isinstance(key, str) and key in held for key in keys
-        ):
-            fail(f"new_items.{name}", "a tuple of keys of items recorded for that map", keys)
-    return MappingProxyType(found)
-
-
-def _usage_dict(usage: TokenUsage) -> dict[str, int]:
-    return {
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "llm_calls": usage.llm_calls,
-    }
-
-
-def _info_dict(info: Mapping[str, Any]) -> dict[str, Any]:
-    entry = {"version": info["version"], "depends_on": list(info["depends_on"])}
-    if "kind" in info:
-        entry["kind"] = info["kind"]
-    return entry
 
 
 def _children_dict(entry: Mapping[str, Any]) -> dict[str, Any]:

@@ -431,3 +431,34 @@ def read_children(
         else:
             fail(where, "{'checkpoint': {...}} or {'items': {key: {...}}}", entry)
     return MappingProxyType(result)
+
+
+def read_new_items(
+    value: object, items: Mapping[str, Mapping[str, Any]]
+) -> MappingProxyType[str, tuple[str, ...]]:
+    """``new_items``: map step to the keys of its items new since the last checkpoint."""
+    found = read_dict(value, "new_items")
+    for name, keys in found.items():
+        held = items[name]["outputs"] if name in items else {}
+        if not isinstance(keys, tuple) or not all(
+            isinstance(key, str) and key in held for key in keys
+        ):
+            fail(f"new_items.{name}", "a tuple of keys of items recorded for that map", keys)
+    return MappingProxyType(found)
+
+
+def usage_dict(usage: TokenUsage) -> dict[str, int]:
+    """A `TokenUsage` as the dict the format writes."""
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "llm_calls": usage.llm_calls,
+    }
+
+
+def info_dict(info: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``step_info`` entry as the dict the format writes (``kind`` only when not a step)."""
+    entry = {"version": info["version"], "depends_on": list(info["depends_on"])}
+    if "kind" in info:
+        entry["kind"] = info["kind"]
+    return entry
