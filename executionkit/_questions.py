@@ -16,6 +16,7 @@ from executionkit._errors import RunArgumentError, did_you_mean
 from executionkit._plain import plain_copy
 
 if TYPE_CHECKING:
+    from executionkit._checkpoint import WorkflowCheckpoint
     from executionkit._graph import Graph
     from executionkit._step_kinds import AskStep
 
@@ -113,33 +114,42 @@ def checked_answers(value: object) -> Mapping[str, Any]:
     return MappingProxyType(dict(value))
 
 
-def nested_pending(graph: Graph, children: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    """The questions pending inside sub-workflows, named ``step/question``.
+def waiting_in(checkpoint: WorkflowCheckpoint) -> dict[str, Mapping[str, Any]]:
+    """Every question pending in ``checkpoint``, its sub-workflows' as ``step/question``.
 
     A map of sub-workflows names them ``step/item key/question``; deeper nesting
-    adds a segment per level. In declaration order of the parent's steps.
+    adds a segment per level.
     """
+    found = dict(checkpoint.pending)
+    for name, nested in checkpoint.children.items():
+        found.update(_nested(name, nested))
+    return found
+
+
+def _nested(name: str, entry: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    children = (
+        [(name, entry["checkpoint"])]
+        if "checkpoint" in entry
+        else [(f"{name}/{key}", child) for key, child in entry["items"].items()]
+    )
+    return {
+        f"{prefix}/{question}": pending
+        for prefix, child in children
+        for question, pending in waiting_in(child).items()
+    }
+
+
+def nested_pending(graph: Graph, children: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """The questions pending inside a run's sub-workflows, in declaration order."""
     from executionkit._checkpoint import WorkflowCheckpoint  # noqa: PLC0415 - a cycle
 
     found: dict[str, Mapping[str, Any]] = {}
-
-    def walk(prefix: str, checkpoint: WorkflowCheckpoint) -> None:
-        for name, entry in checkpoint.pending.items():
-            found[f"{prefix}/{name}"] = entry
-        for name, nested in checkpoint.children.items():
-            if "checkpoint" in nested:
-                walk(f"{prefix}/{name}", nested["checkpoint"])
-            else:
-                for key, item in nested["items"].items():
-                    walk(f"{prefix}/{name}/{key}", item)
-
     for name in graph.names:
         child = children.get(name)
         if isinstance(child, WorkflowCheckpoint):
-            walk(name, child)
+            found.update(_nested(name, {"checkpoint": child}))
         elif child is not None:
-            for key, item in child.items():
-                walk(f"{name}/{key}", item)
+            found.update(_nested(name, {"items": child}))
     return found
 
 

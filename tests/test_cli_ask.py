@@ -772,3 +772,45 @@ def test_help_documents_exit_status_3_and_the_answer_flags(cli: Callable[..., Ou
     run_help = cli("run", "--help")
     assert "--answer NAME=VALUE" in run_help.out
     assert "--answers-json FILE" in run_help.out
+
+
+NESTED = """\
+from executionkit import Step, Workflow
+
+child = Workflow(
+    [
+        Step("draft", lambda ctx: "a draft"),
+        Step.ask("approve", lambda ctx: "publish the draft?", depends_on=("draft",)),
+        Step("final", lambda ctx: "final: " + ctx["approve"], depends_on=("approve",)),
+    ]
+)
+workflow = Workflow(
+    [
+        Step("research", child),
+        Step("publish", lambda ctx: ctx["research"]["final"], depends_on=("research",)),
+    ]
+)
+"""
+
+
+def test_a_question_inside_a_sub_workflow_is_shown_and_answered_by_its_path(
+    tmp_path: Path, main_cli: Callable[..., Outcome]
+) -> None:
+    (tmp_path / "nested.py").write_text(NESTED, encoding="utf-8")
+    first = main_cli("run", "nested:workflow", "--checkpoint", "run.json")
+    assert first.code == EXIT_SUSPENDED
+    assert "research/approve" in first.out
+    inspected = main_cli("inspect", "run.json", "--json")
+    assert inspected.code == 0
+    waiting = json.loads(inspected.out)["waiting"]
+    assert list(waiting) == ["research/approve"]
+    assert waiting["research/approve"]["question"] == "publish the draft?"
+    graph = main_cli("graph", "nested:workflow", "--checkpoint", "run.json")
+    assert graph.code == 0
+    assert "class s0 waiting" in graph.out  # the sub-workflow step waits
+    assert "class s1 pending" in graph.out
+    done = main_cli(
+        "run", "nested:workflow", "--checkpoint", "run.json", "--answer", "research/approve=yes"
+    )
+    assert done.code == 0, done.err
+    assert "final: yes" in done.out

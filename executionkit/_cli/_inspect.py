@@ -10,6 +10,7 @@ from executionkit._cli._location import DatabaseLocation, parse_location
 from executionkit._cli._maps import items_text, unfinished_maps
 from executionkit._cli._questions import expired, now, question_block
 from executionkit._cli._text import json_document, out, preview
+from executionkit._questions import waiting_in
 from executionkit._terminal import one_line, show
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def _list_runs(location: DatabaseLocation, *, as_json: bool) -> int:
                 "seq": checkpoint.seq,
                 "recorded": len(checkpoint.outputs),
                 "failed": len(checkpoint.errors),
-                "waiting": len(checkpoint.pending),
+                "waiting": len(waiting_in(checkpoint)),
                 "created_at": checkpoint.created_at,
             }
         )
@@ -127,7 +128,7 @@ def describe(
         },
         "waiting": {
             name: {**entry, "expired": expired(entry, moment)}
-            for name, entry in checkpoint.pending.items()
+            for name, entry in waiting_in(checkpoint).items()
         },
         "outputs": {name: preview(outputs[name]) for name in names},
     }
