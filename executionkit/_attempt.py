@@ -348,7 +348,10 @@ class Attempts:
             delay = retry_wait(step, attempt, _jitter_draw())
             announcer = self._announcer
             if announcer.observed:
-                announcer.emit(StepRetried(self._run_id, step.name, attempt, failure, delay))
+                key = item[0] if item else None
+                announcer.emit(
+                    StepRetried(self._run_id, step.name, attempt, failure, delay, item=key)
+                )
             await asyncio.sleep(delay)
             attempt += 1
             if announcer.observed:

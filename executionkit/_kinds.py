@@ -21,6 +21,7 @@ from executionkit.events import (
     ItemStarted,
     MapStarted,
     QuestionAsked,
+    StepInvalidated,
     StepSkipped,
 )
 
@@ -80,6 +81,18 @@ class Kinds:
         if self._announcer.observed:
             name = self._record.graph.names[position]
             self._announcer.emit(MapStarted(self._run_id, name, items, recorded))
+
+    def items_dropped(self, position: int, keys: list[str]) -> None:
+        """Recorded items no longer among the map's items: reported, and left out of its output.
+
+        They were paid for, so their token usage stays counted.
+        """
+        name = self._record.graph.names[position]
+        shown = ", ".join(map(repr, keys[:5])) + (", ..." if len(keys) > 5 else "")  # noqa: PLR2004
+        reason = f"recorded items dropped: {shown} no longer among the items"
+        self._record.note_invalidated(name, reason)
+        if self._announcer.observed:
+            self._announcer.emit(StepInvalidated(self._run_id, name, reason))
 
     def item_started(self, position: int, key: str) -> None:
         """An item of the map at ``position`` starts."""

@@ -62,6 +62,10 @@ class ItemLanding(Protocol):
 
     def map_started(self, position: int, items: int, recorded: int) -> None: ...
 
+    def items_dropped(self, position: int, keys: list[str]) -> None:
+        """Recorded items whose keys the map's items no longer have."""
+        ...
+
 
 def _items(step: MapStep, ctx: Mapping[str, Any]) -> tuple[list[tuple[str, Any]], bool]:
     """The items and their keys, checked: unique non-empty str keys."""
@@ -119,6 +123,9 @@ async def drive(
     recorded = landing.recorded_items(position)
     todo = [(key, item) for key, item in reversed(pairs) if key not in recorded]
     landing.map_started(position, len(pairs), len(pairs) - len(todo))
+    if len(recorded) > len(pairs) - len(todo):
+        keys = {key for key, _ in pairs}
+        landing.items_dropped(position, [key for key in recorded if key not in keys])
     limit = landing.item_limit
     if step.max_concurrency is not None:
         limit = step.max_concurrency if limit is None else min(limit, step.max_concurrency)

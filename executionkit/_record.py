@@ -83,7 +83,8 @@ class Record:
         self.progress = state.progress
         self.cost = state.cost
         self.seq = state.seq
-        self.invalidated = MappingProxyType(state.invalidated)
+        self._invalidated = state.invalidated
+        self.invalidated = MappingProxyType(self._invalidated)
         self.discarded = state.discarded
         self.run_id = state.run_id if state.run_id is not None else _new_run_id()
         self.restored = tuple(name for name in graph.names if name in self.outputs)
@@ -165,6 +166,10 @@ class Record:
     def child_finished(self, name: str, key: str | None, cost: TokenUsage) -> None:
         """The child completed: count the rest of what it spent; its output lands next."""
         self.cost += self.children.drop(name, key, cost)
+
+    def note_invalidated(self, name: str, reason: str) -> None:
+        """Report that recorded work of step ``name`` is not used, and why."""
+        self._invalidated[name] = reason
 
     def waiting(self) -> dict[str, Any]:
         """Every question waiting for an answer, nested ones as ``step/question``."""

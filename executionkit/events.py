@@ -231,12 +231,14 @@ class StepRetried(Event):
         attempt: The attempt that failed.
         error: What it raised.
         delay: Seconds until the next attempt.
+        item: In a map step, the key of the item being retried; None otherwise.
     """
 
     step: str
     attempt: int
     error: BaseException
     delay: float
+    item: str | None = None
 
 
 @dataclass(frozen=True)

@@ -199,8 +199,9 @@ class ConsoleProgress:
             case StepStarted():
                 self._running.setdefault(event.step, now)
             case StepRetried():
+                what = event.step if event.item is None else f"{event.step} item {event.item}"
                 line = _Line(
-                    f"{_PREFIX}: {event.step} attempt {event.attempt} failed "
+                    f"{_PREFIX}: {what} attempt {event.attempt} failed "
                     f"({_error_text(event.error)}); retrying in {_duration(event.delay)}"
                 )
             case StepFinished():

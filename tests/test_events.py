@@ -178,9 +178,9 @@ async def test_a_retried_step_reports_the_failed_attempt_then_starts_again() -> 
     assert summary(events) == [
         ("RunStarted", 1, (), False, TokenUsage()),
         ("StepStarted", "flaky", 1),
-        ("StepRetried", "flaky", 1, "ConnectionError: reset 1", 0.001),
+        ("StepRetried", "flaky", 1, "ConnectionError: reset 1", 0.001, None),
         ("StepStarted", "flaky", 2),
-        ("StepRetried", "flaky", 2, "ConnectionError: reset 2", 0.001),
+        ("StepRetried", "flaky", 2, "ConnectionError: reset 2", 0.001, None),
         ("StepStarted", "flaky", 3),
         ("StepFinished", "flaky", TokenUsage()),
         ("RunFinished", TokenUsage(), 1),

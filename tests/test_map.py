@@ -642,3 +642,42 @@ def test_save_progress_is_refused_inside_an_item() -> None:
     group = caught.value.errors["each"]
     assert isinstance(group, ExceptionGroup)
     assert "save_progress() is not available in the items of a map" in str(group.exceptions[0])
+
+
+async def test_recorded_items_no_longer_among_the_items_are_reported() -> None:
+    def each(item: str, ctx: Any) -> PatternResult[str]:
+        if item == "b" and ctx["fail"]:
+            raise RuntimeError("down")
+        return PatternResult(item.upper(), cost=TokenUsage(1, 1, 1))
+
+    workflow = Workflow([Step.map("each", each, over="items", key=str)])
+    with pytest.raises(WorkflowFailed) as caught:
+        await workflow.run({"items": ["a", "b", "c"], "fail": True})
+    seen: list[ev.Event] = []
+    result = await workflow.run(
+        {"items": ["b", "c", "d"], "fail": False},
+        resume_from=round_trip(caught.value.checkpoint),
+        on_event=seen.append,
+    )
+    assert result.outputs["each"] == ["B", "C", "D"]
+    assert result.cost == TokenUsage(4, 4, 4)  # 'a' was paid for
+    assert result.invalidated == {"each": "recorded items dropped: 'a' no longer among the items"}
+    assert [(e.step, e.reason) for e in seen if isinstance(e, ev.StepInvalidated)] == [
+        ("each", "recorded items dropped: 'a' no longer among the items")
+    ]
+
+
+async def test_an_item_retry_names_the_item() -> None:
+    attempts: Counter[str] = Counter()
+
+    def each(item: str, ctx: Any) -> str:
+        attempts[item] += 1
+        if item == "b" and attempts[item] == 1:
+            raise ConnectionError("flaky")
+        return item
+
+    seen: list[ev.Event] = []
+    workflow = Workflow([Step.map("each", each, over="items", key=str, retries=1, retry_delay=0)])
+    await workflow.run({"items": ["a", "b"]}, on_event=seen.append)
+    retried = [e for e in seen if isinstance(e, ev.StepRetried)]
+    assert [(e.step, e.item, e.attempt) for e in retried] == [("each", "b", 1)]
