@@ -117,10 +117,11 @@ def restore(
             invalidated[name] = f"recorded skip dropped: {invalidated[name]}"
         else:
             skipped[name] = recorded_skips[name]
-    progress = _kept_progress(graph, checkpoint, {*stored, *skipped}, rerun, invalidated)
-    items = _kept_items(graph, checkpoint, {*stored, *skipped}, rerun, invalidated)
-    pending = _kept_questions(graph, checkpoint, {*stored, *skipped}, rerun, invalidated)
-    children = _kept_children(graph, checkpoint, {*stored, *skipped}, rerun, invalidated)
+    fit = _Fit(graph, checkpoint, {*stored, *skipped}, rerun, invalidated)
+    progress = fit.progress()
+    items = fit.items()
+    pending = fit.questions()
+    children = fit.children()
     return Restored(
         items=items,
         pending=pending,
@@ -201,120 +202,102 @@ def _distrust(
     return None
 
 
-def _kept_progress(
-    graph: Graph,
-    checkpoint: WorkflowCheckpoint,
-    trusted: set[str],
-    rerun: frozenset[str],
-    invalidated: dict[str, str],
-) -> dict[str, Any]:
-    """Saved progress that still fits the step; the rest is dropped and reported."""
-    kept: dict[str, Any] = {}
-    for name, value in checkpoint.progress.items():
-        if name not in graph.index:
-            continue
-        stale = [d for d in graph.steps[graph.index[name]].depends_on if d in invalidated]
-        reason = (
-            f"depends on invalidated step {stale[0]!r}"
-            if stale
-            else _distrust(graph, checkpoint, name, trusted, rerun)
-        )
-        if reason is None:
-            kept[name] = value
-        else:
-            invalidated[name] = f"saved progress dropped: {reason}"
-    return kept
+class _Fit:
+    """Decides which recorded work of unfinished steps still fits the workflow.
 
+    Saved progress, a map's finished items, a pending question and a
+    sub-workflow's checkpoint are each kept only while their step is trusted
+    (the same version and dependencies, not ``rerun``, no invalidated
+    dependency) and still of the kind that recorded them; anything else is
+    dropped and reported in ``invalidated``.
+    """
 
-def _kept_items(
-    graph: Graph,
-    checkpoint: WorkflowCheckpoint,
-    trusted: set[str],
-    rerun: frozenset[str],
-    invalidated: dict[str, str],
-) -> dict[str, tuple[dict[str, Any], dict[str, Any], TokenUsage]]:
-    """The finished items of unfinished maps that still fit the map; the rest are dropped."""
-    kept: dict[str, tuple[dict[str, Any], dict[str, Any], TokenUsage]] = {}
-    for name, entry in checkpoint.items.items():
-        position = graph.index.get(name)
-        if position is None:
-            continue  # unknown_steps="discard" dropped it
-        step = graph.steps[position]
-        stale = [d for d in step.depends_on if d in invalidated]
-        reason = (
-            f"depends on invalidated step {stale[0]!r}"
-            if stale
-            else _distrust(graph, checkpoint, name, trusted, rerun)
+    def __init__(
+        self,
+        graph: Graph,
+        checkpoint: WorkflowCheckpoint,
+        trusted: set[str],
+        rerun: frozenset[str],
+        invalidated: dict[str, str],
+    ) -> None:
+        self.graph = graph
+        self.checkpoint = checkpoint
+        self.trusted = trusted
+        self.rerun = rerun
+        self.invalidated = invalidated
+
+    def kept(
+        self,
+        entries: Mapping[str, Any],
+        dropped: str,
+        kind: frozenset[int] | None = None,
+        unlike: str = "",
+    ) -> dict[str, Any]:
+        """The entries whose step still fits them; the others reported as ``dropped: why``."""
+        graph = self.graph
+        kept: dict[str, Any] = {}
+        for name, entry in entries.items():
+            position = graph.index.get(name)
+            if position is None:
+                continue  # unknown_steps="discard" dropped it
+            stale = [d for d in graph.steps[position].depends_on if d in self.invalidated]
+            reason = (
+                f"depends on invalidated step {stale[0]!r}"
+                if stale
+                else _distrust(graph, self.checkpoint, name, self.trusted, self.rerun)
+            )
+            if reason is None and kind is not None and position not in kind:
+                reason = unlike
+            if reason is None:
+                kept[name] = entry
+            else:
+                self.invalidated[name] = f"{dropped}: {reason}"
+        return kept
+
+    def progress(self) -> dict[str, Any]:
+        """Saved progress that still fits its step."""
+        return self.kept(self.checkpoint.progress, "saved progress dropped")
+
+    def items(self) -> dict[str, tuple[dict[str, Any], dict[str, Any], TokenUsage]]:
+        """The finished items of unfinished maps that still fit the map, decoded."""
+        graph = self.graph
+        entries = self.kept(
+            self.checkpoint.items,
+            "recorded items dropped",
+            graph.maps,
+            "it is not a map step any more",
         )
-        if reason is None and position not in graph.maps:
-            reason = "it is not a map step any more"
-        if reason is not None:
-            invalidated[name] = f"recorded items dropped: {reason}"
-            continue
-        stored = dict(entry["outputs"])
-        live = {
-            key: _decode(step, f"{name!r}, item {key!r}", name, v) for key, v in stored.items()
+        kept: dict[str, tuple[dict[str, Any], dict[str, Any], TokenUsage]] = {}
+        for name, entry in entries.items():
+            step = graph.steps[graph.index[name]]
+            stored = dict(entry["outputs"])
+            live = {
+                key: _decode(step, f"{name!r}, item {key!r}", name, v) for key, v in stored.items()
+            }
+            kept[name] = (stored, live, entry["cost"])
+        return kept
+
+    def questions(self) -> dict[str, Mapping[str, Any]]:
+        """Pending questions that still fit their ask step; the others are asked again."""
+        return self.kept(
+            self.checkpoint.pending,
+            "pending question dropped",
+            self.graph.asks,
+            "it is not an ask step any more",
+        )
+
+    def children(self) -> dict[str, Any]:
+        """The progress of sub-workflows that still fit their step; the rest start over."""
+        entries = self.kept(
+            self.checkpoint.children,
+            "sub-workflow progress dropped",
+            self.graph.workflows,
+            "it does not run a workflow any more",
+        )
+        return {
+            name: entry["checkpoint"] if "checkpoint" in entry else dict(entry["items"])
+            for name, entry in entries.items()
         }
-        kept[name] = (stored, live, entry["cost"])
-    return kept
-
-
-def _kept_questions(
-    graph: Graph,
-    checkpoint: WorkflowCheckpoint,
-    trusted: set[str],
-    rerun: frozenset[str],
-    invalidated: dict[str, str],
-) -> dict[str, Mapping[str, Any]]:
-    """Pending questions that still fit their ask step; the others are asked again."""
-    kept: dict[str, Mapping[str, Any]] = {}
-    for name, entry in checkpoint.pending.items():
-        position = graph.index.get(name)
-        if position is None:
-            continue  # unknown_steps="discard" dropped it
-        stale = [d for d in graph.steps[position].depends_on if d in invalidated]
-        reason = (
-            f"depends on invalidated step {stale[0]!r}"
-            if stale
-            else _distrust(graph, checkpoint, name, trusted, rerun)
-        )
-        if reason is None and position not in graph.asks:
-            reason = "it is not an ask step any more"
-        if reason is None:
-            kept[name] = entry
-        else:
-            invalidated[name] = f"pending question dropped: {reason}"
-    return kept
-
-
-def _kept_children(
-    graph: Graph,
-    checkpoint: WorkflowCheckpoint,
-    trusted: set[str],
-    rerun: frozenset[str],
-    invalidated: dict[str, str],
-) -> dict[str, Any]:
-    """The progress of sub-workflows that still fit their step; the rest start over."""
-    kept: dict[str, Any] = {}
-    for name, entry in checkpoint.children.items():
-        position = graph.index.get(name)
-        if position is None:
-            continue  # unknown_steps="discard" dropped it
-        stale = [d for d in graph.steps[position].depends_on if d in invalidated]
-        reason = (
-            f"depends on invalidated step {stale[0]!r}"
-            if stale
-            else _distrust(graph, checkpoint, name, trusted, rerun)
-        )
-        if reason is None and position not in graph.workflows:
-            reason = "it does not run a workflow any more"
-        if reason is not None:
-            invalidated[name] = f"sub-workflow progress dropped: {reason}"
-        elif "checkpoint" in entry:
-            kept[name] = entry["checkpoint"]
-        else:
-            kept[name] = dict(entry["items"])
-    return kept
 
 
 def _decode(step: Step, what: str, name: str, value: Any) -> Any:
