@@ -23,11 +23,11 @@ import sys
 import tempfile
 import threading
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from cli_runner import Outcome, run_subprocess, subprocess_env
 
 from executionkit import TokenUsage, Workflow, WorkflowCheckpoint, WorkflowFailed
 from executionkit import _cli as cli_module
@@ -42,34 +42,6 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 DOC = ROOT / "docs" / "how-to" / "command-line.md"
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What one command did."""
-
-    code: int
-    out: str
-    err: str
-
-
-def _subprocess_env() -> dict[str, str]:
-    path = os.pathsep.join([str(ROOT), str(EXAMPLES)])
-    return {**os.environ, "PYTHONPATH": path, "PYTHONIOENCODING": "utf-8"}
-
-
-def run_subprocess(cwd: Path, *args: str) -> Outcome:
-    done = subprocess.run(  # noqa: S603 - our own interpreter
-        [sys.executable, "-m", "executionkit", *args],
-        cwd=cwd,
-        env=_subprocess_env(),
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        timeout=60,
-        check=False,
-    )
-    return Outcome(done.returncode, done.stdout, done.stderr)
 
 
 @pytest.fixture
@@ -777,7 +749,7 @@ def test_ctrl_c_saves_what_completed_and_exits_130(tmp_path: Path) -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "executionkit", "run", "hang:workflow", "--checkpoint", "run.json"],
         cwd=tmp_path,
-        env=_subprocess_env(),
+        env=subprocess_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -1293,7 +1265,7 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path: Path) -> N
         done = subprocess.run(
             [sys.executable, "-m", "executionkit", "inspect", "run.json", "--json"],
             cwd=tmp_path,
-            env=_subprocess_env(),
+            env=subprocess_env(),
             stdout=write_end,
             stderr=subprocess.PIPE,
             text=True,
@@ -1462,7 +1434,7 @@ def test_sigterm_saves_what_completed_and_exits_143_and_kill_loses_no_finished_s
     process = subprocess.Popen(
         [sys.executable, "-m", "executionkit", "run", "hang:workflow", "--checkpoint", "run.json"],
         cwd=tmp_path,
-        env=_subprocess_env(),
+        env=subprocess_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

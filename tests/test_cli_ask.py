@@ -16,14 +16,13 @@ import importlib
 import json
 import os
 import re
-import subprocess
 import sys
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from cli_runner import Outcome, run_subprocess
 from pg_fixture import pg_server, pg_uri
 
 import executionkit._questions as questions
@@ -37,32 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["pg_server", "pg_uri"]  # fixtures, used by name
 
-ROOT = Path(__file__).resolve().parent.parent
 TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00")
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What one command did."""
-
-    code: int
-    out: str
-    err: str
-
-
-def run_subprocess(cwd: Path, *args: str) -> Outcome:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONIOENCODING": "utf-8"}
-    done = subprocess.run(  # noqa: S603 - our own interpreter
-        [sys.executable, "-m", "executionkit", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        timeout=60,
-        check=False,
-    )
-    return Outcome(done.returncode, done.stdout, done.stderr)
 
 
 @pytest.fixture

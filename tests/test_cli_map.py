@@ -11,31 +11,18 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
-import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from cli_runner import Outcome, run_subprocess
 
 from executionkit import TokenUsage, WorkflowCheckpoint
 from executionkit._cli import main
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What one command did."""
-
-    code: int
-    out: str
-    err: str
 
 
 @pytest.fixture
@@ -61,22 +48,7 @@ def cli(
 ) -> Callable[..., Outcome]:
     """Run ``executionkit ARGS`` with the temporary folder as working directory."""
     if request.param == "subprocess":
-
-        def in_subprocess(*args: str) -> Outcome:
-            env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONIOENCODING": "utf-8"}
-            done = subprocess.run(  # noqa: S603 - our own interpreter
-                [sys.executable, "-m", "executionkit", *args],
-                cwd=tmp_path,
-                env=env,
-                capture_output=True,
-                text=True,
-                encoding="utf-8",
-                timeout=60,
-                check=False,
-            )
-            return Outcome(done.returncode, done.stdout, done.stderr)
-
-        return in_subprocess
+        return lambda *args: run_subprocess(tmp_path, *args)
 
     def in_process(*args: str) -> Outcome:
         monkeypatch.chdir(tmp_path)
