@@ -268,18 +268,23 @@ class Attempts:
 
     def _call(self, position: int, step: Step, view: ContextView) -> Any:
         """Call the step's function; a plain one goes to the executor if the run has one."""
-        executor = self._executor
         run: Any = step.run  # a function: sub-workflows never get here
-        if executor is None or position not in self._graph.plain:
+        if self._executor is None or position not in self._graph.plain:
             return run(view)
+        return self._elsewhere(run, (), view)
+
+    def _elsewhere(self, run: Any, leading: tuple[Any, ...], view: ContextView) -> Any:
+        """Call ``run(*leading, ctx)`` in the run's executor; await it with `_finish_elsewhere`."""
+        executor = self._executor
         loop = asyncio.get_running_loop()
         if isinstance(executor, ThreadPoolExecutor):
             # A thread can run in a copy of this context: current_step() works there.
-            work = loop.run_in_executor(executor, contextvars.copy_context().run, run, view)
+            context = contextvars.copy_context()
+            work = loop.run_in_executor(executor, context.run, run, *leading, view)
         else:
-            # Processes and cluster workers get what can be pickled: the function and a
-            # plain dict of its ctx.
-            work = loop.run_in_executor(executor, run, dict(view))
+            # Processes and cluster workers get what can be pickled: the function, its
+            # leading arguments and a plain dict of its ctx.
+            work = loop.run_in_executor(executor, partial(run, *leading, dict(view)))
         return _finish_elsewhere(work)
 
     async def _map(self, position: int, step: Step, view: ContextView) -> MapDone:
@@ -290,17 +295,10 @@ class Attempts:
 
     def _call_item(self, position: int, step: Step, view: ContextView, item: Any) -> Any:
         """Call a map's function on one item; a plain one goes to the run's executor."""
-        executor = self._executor
         run: Any = step.run
-        if executor is None or position not in self._graph.plain_items:
+        if self._executor is None or position not in self._graph.plain_items:
             return run(item, view)
-        loop = asyncio.get_running_loop()
-        if isinstance(executor, ThreadPoolExecutor):
-            context = contextvars.copy_context()
-            work = loop.run_in_executor(executor, context.run, run, item, view)
-        else:
-            work = loop.run_in_executor(executor, partial(run, item, dict(view)))
-        return _finish_elsewhere(work)
+        return self._elsewhere(run, (item,), view)
 
     async def _item(
         self, position: int, step: Step, view: ContextView, key: str, item: Any
