@@ -15,12 +15,16 @@ from executionkit._errors import (
     CheckpointFormatError,
     CheckpointMismatchError,
     CheckpointValueError,
+    ClaimLostError,
     ContextKeyError,
     ExecutionKitError,
     RunArgumentError,
+    RunClaimedError,
+    StaleCheckpointError,
     WorkflowDefinitionError,
     WorkflowFailed,
 )
+from executionkit._ownership import RunOwner
 from executionkit._result import WorkflowResult
 from executionkit._step import Step
 from executionkit._step_context import StepContext, current_step
@@ -34,10 +38,14 @@ __all__ = [
     "CheckpointFormatError",
     "CheckpointMismatchError",
     "CheckpointValueError",
+    "ClaimLostError",
     "ContextKeyError",
     "ExecutionKitError",
     "PatternResult",
     "RunArgumentError",
+    "RunClaimedError",
+    "RunOwner",
+    "StaleCheckpointError",
     "Step",
     "StepContext",
     "TokenUsage",

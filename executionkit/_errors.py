@@ -8,6 +8,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
     from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._ownership import RunOwner
     from executionkit._types import TokenUsage
 
 
@@ -254,3 +255,102 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     others = [candidate for candidate in candidates if candidate != name]
     matches = get_close_matches(name, others, n=1)
     return f"; did you mean {matches[0]!r}?" if matches else ""
+
+
+class StaleCheckpointError(ExecutionKitError):
+    """A store holds a newer checkpoint of the run than the one in hand.
+
+    Raised by the stores of `executionkit.stores` when a checkpoint's ``seq`` is lower
+    than the stored one of the same ``run_id``, or equal to it with different
+    contents: nothing was written. And raised by `Workflow.run` before any step
+    runs, once it holds the run's claim (see `RunClaimedError`), when the store
+    already holds a later checkpoint of the run than ``resume_from`` (or any,
+    for a fresh run): resuming would pay again for the steps recorded since. It
+    means another writer got ahead: a second worker running the same run, or a
+    run resumed from an older copy of the checkpoint. Resume from the store's
+    latest checkpoint to continue from where it stands.
+
+    Attributes:
+        run_id: The run both checkpoints belong to.
+        seq: The ``seq`` of the refused checkpoint (for a run refused before it
+            started, of ``resume_from``; 0 for a fresh run).
+        stored_seq: The ``seq`` of the checkpoint the store holds.
+    """
+
+    def __init__(
+        self,
+        store: str,
+        run_id: str | None,
+        seq: int,
+        stored_seq: int,
+        *,
+        before_start: bool = False,
+    ) -> None:
+        """Create the error for ``store`` refusing ``seq`` because it holds ``stored_seq``."""
+        self.run_id = run_id
+        self.seq = seq
+        self.stored_seq = stored_seq
+        if before_start:
+            start = "a fresh run" if seq == 0 else f"a run resuming from checkpoint seq={seq}"
+            message = (
+                f"{store}: refused {start} of run {run_id!r}: the store already holds "
+                f"checkpoint seq={stored_seq} of that run, saved by another process or "
+                f"an earlier invocation; nothing ran. Resume from the store's latest "
+                f"checkpoint instead"
+            )
+        else:
+            held = (
+                f"a different checkpoint with seq={stored_seq}"
+                if seq == stored_seq
+                else f"seq={stored_seq}"
+            )
+            message = (
+                f"{store}: refused checkpoint seq={seq} of run {run_id!r}: the store already "
+                f"holds {held} of that run, written by another writer or before this run "
+                f"resumed from an older checkpoint; resume from the store's load() instead"
+            )
+        super().__init__(message)
+
+
+class RunClaimedError(ExecutionKitError, RuntimeError):
+    """Another live process (or another run in this one) owns the run: nothing ran.
+
+    Raised by `Workflow.run` before any step starts when its ``checkpoint_fn``
+    is a store that grants claims (every shareable store of
+    `executionkit.stores`, or your own with a ``claim`` method) and the run is
+    claimed by someone else. The claim dies with its owner, so once that
+    process has ended, a new attempt succeeds at once.
+
+    Attributes:
+        run_id: The run that is owned.
+        owner: Who owns it (process id, host, since when), or None when the
+            store could not tell (the owner was still writing its details).
+    """
+
+    def __init__(self, store: str, run_id: str, owner: RunOwner | None) -> None:
+        """Create the error for ``store`` refusing a claim on ``run_id`` held by ``owner``."""
+        self.run_id = run_id
+        self.owner = owner
+        by = "another process" if owner is None else owner.describe()
+        super().__init__(
+            f"{store}: run {run_id!r} is owned by {by}; nothing ran. Wait for that "
+            f"process to end (its claim dies with it), then resume"
+        )
+
+
+class ClaimLostError(ExecutionKitError, RuntimeError):
+    """A run lost its claim while it ran; the checkpoint was not written.
+
+    Raised by a store's save when it can no longer vouch that this process owns
+    the run, for example when `PostgresStore`'s database session that holds
+    the claim was terminated: another process may own the run by now. The run
+    stops as with any ``checkpoint_fn`` failure.
+
+    Attributes:
+        run_id: The run whose claim was lost.
+    """
+
+    def __init__(self, message: str, *, run_id: str) -> None:
+        """Create the error with its message, for ``run_id``."""
+        super().__init__(message)
+        self.run_id = run_id

@@ -16,6 +16,7 @@ checkpoints of it), `Checkpointer` (the only caller of ``checkpoint_fn``),
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import heapq
 import time
@@ -28,6 +29,7 @@ from executionkit._attempt import Attempts, InContext
 from executionkit._checkpointer import Checkpointer
 from executionkit._conditions import Conditions
 from executionkit._kinds import Kinds
+from executionkit._ownership import check_latest, take_claim
 from executionkit._record import Record
 from executionkit.events import (
     RunFailed,
@@ -115,12 +117,31 @@ class Run:
         self._recorded: list[int] = []
 
     async def execute(self) -> WorkflowResult:
-        """Run every step not yet recorded; checkpoint as the schedule says."""
+        """Run every step not yet recorded; checkpoint as the schedule says.
+
+        A ``checkpoint_fn`` that grants claims (`_ownership`) is claimed for the
+        run first, and its latest checkpoint of the run checked, before anything
+        starts; the claim is given up once the run has returned or raised.
+        """
+        fn = self._options.checkpoint_fn
+        if getattr(fn, "claim", None) is None:
+            return await self._execute()
+        async with contextlib.AsyncExitStack() as stack:
+            stored = await take_claim(stack, fn, self._run_id)
+            resumed = self._options.resume_from
+            check_latest(fn, self._run_id, None if resumed is None else resumed.seq, stored)
+            return await self._execute()
+
+    async def _execute(self) -> WorkflowResult:
         began = time.perf_counter()
         self._task = asyncio.current_task()
         if self._observed:
             self._announcer.run_started(self._record, len(self._graph), resumed=self._resumed)
         try:
+            if self._record.answered:
+                # Answers are saved before anything acts on them: of two processes
+                # answering one question, the later is refused by the store here.
+                await self._checkpointer.save()
             await (self._run_eager() if self._eager else self._run_batches())
         except BaseException as exc:  # noqa: BLE001 - every way out goes through _exit
             self._stop(exc)

@@ -43,7 +43,8 @@ Each of them passes `executionkit.conformance.check_store`.
 
 from __future__ import annotations
 
-from executionkit.stores._common import StaleCheckpointError
+from executionkit._errors import ClaimLostError, RunClaimedError, StaleCheckpointError
+from executionkit._ownership import RunOwner
 from executionkit.stores._json_file import JsonFileStore
 from executionkit.stores._json_lines import JsonLinesStore
 from executionkit.stores._sqlite import SQLiteStore
@@ -53,9 +54,12 @@ if TYPE_CHECKING:
     from executionkit.stores._postgres import PostgresStore
 
 __all__ = [
+    "ClaimLostError",
     "JsonFileStore",
     "JsonLinesStore",
     "PostgresStore",
+    "RunClaimedError",
+    "RunOwner",
     "SQLiteStore",
     "StaleCheckpointError",
 ]

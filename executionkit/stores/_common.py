@@ -5,44 +5,11 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from executionkit._errors import ExecutionKitError
+from executionkit._errors import StaleCheckpointError
 from executionkit.stores._unstorable import unstorable
 
 if TYPE_CHECKING:
     from executionkit._checkpoint import WorkflowCheckpoint
-
-
-class StaleCheckpointError(ExecutionKitError):
-    """A store refused a checkpoint that is not newer than the one it holds for the run.
-
-    Raised by the stores of `executionkit.stores` when a checkpoint's ``seq`` is lower
-    than the stored one of the same ``run_id``, or equal to it with different
-    contents. It means another writer got ahead: a second worker running the
-    same run, or a run resumed from an older copy of the checkpoint. Nothing
-    was written; resume from the store's ``load()`` to continue from the
-    newest checkpoint.
-
-    Attributes:
-        run_id: The run both checkpoints belong to.
-        seq: The ``seq`` of the refused checkpoint.
-        stored_seq: The ``seq`` of the checkpoint the store holds.
-    """
-
-    def __init__(self, store: str, run_id: str | None, seq: int, stored_seq: int) -> None:
-        """Create the error for ``store`` refusing ``seq`` because it holds ``stored_seq``."""
-        self.run_id = run_id
-        self.seq = seq
-        self.stored_seq = stored_seq
-        held = (
-            f"a different checkpoint with seq={stored_seq}"
-            if seq == stored_seq
-            else f"seq={stored_seq}"
-        )
-        super().__init__(
-            f"{store}: refused checkpoint seq={seq} of run {run_id!r}: the store already "
-            f"holds {held} of that run, written by another writer or before this run "
-            f"resumed from an older checkpoint; resume from the store's load() instead"
-        )
 
 
 def dumps(data: object) -> str:
