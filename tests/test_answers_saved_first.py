@@ -21,6 +21,8 @@ from executionkit import StaleCheckpointError, Step, Workflow, WorkflowCheckpoin
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from executionkit._options import CheckpointEvery, Schedule
+
 SCHEDULES = ["batch", "eager"]
 
 
@@ -81,7 +83,7 @@ def logging_save(log: list[str], *, async_: bool) -> Callable[[WorkflowCheckpoin
 @pytest.mark.parametrize("async_save", [False, True])
 @pytest.mark.parametrize("every", ["batch", "step"])
 def test_the_answer_is_handed_over_before_the_step_that_depends_on_it_starts(
-    schedule: str, async_save: bool, every: str
+    schedule: Schedule, async_save: bool, every: CheckpointEvery
 ) -> None:
     """The first checkpoint of the resume records the answer and comes before execute."""
     log: list[str] = []
@@ -108,7 +110,7 @@ def test_without_answers_no_extra_checkpoint_is_taken() -> None:
 @pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("first", ["yes", "no"])
 async def test_of_two_racing_answerers_the_later_is_refused_before_its_dependants_run(
-    schedule: str, first: str
+    schedule: Schedule, first: str
 ) -> None:
     """Both resume at once with a fenced store: execute runs once, with the stored answer."""
     log: list[str] = []
