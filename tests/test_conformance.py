@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import re
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from executionkit import WorkflowCheckpoint
+from executionkit import RunClaimedError, RunOwner, WorkflowCheckpoint
 from executionkit.conformance import (
     RUN_ID,
     Load,
@@ -23,7 +24,7 @@ from executionkit.conformance import (
 from executionkit.stores import JsonFileStore, JsonLinesStore, SQLiteStore, StaleCheckpointError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import AsyncIterator, Callable, Iterator
     from pathlib import Path
 
 STALE_HINT = (
@@ -592,8 +593,8 @@ def test_each_scenario_gets_fresh_storage() -> None:
         return store.save, store.load
 
     check_store(make_store)
-    assert len(made) == 13
-    assert len({id(store) for store in made}) == 13
+    assert len(made) == 14
+    assert len({id(store) for store in made}) == 14
 
 
 # --- the opt-in properties: constant cost and concurrent writers ------------------------
@@ -746,3 +747,128 @@ def test_the_kit_saves_every_format_3_field_from_real_runs() -> None:
     assert all(not cp.pending for cp in answered)
     assert not answered[-1].items
     assert list(answered[-1].outputs) == ["split", "approve", "summaries", "publish"]
+
+
+# --- claims ------------------------------------------------------------------------------
+
+
+class Claiming(MemoryStore):
+    """A correct store that grants claims, in memory; subclasses break one thing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.holder: RunOwner | None = None
+
+    @contextlib.contextmanager
+    def claim(self, run_id: str) -> Iterator[int | None]:
+        if self.holder is not None:
+            raise RunClaimedError(repr(self), run_id, self.holder)
+        self.holder = RunOwner.this_process(run_id)
+        try:
+            yield None if self.data is None else self.data["seq"]
+        finally:
+            self.holder = None
+
+    def owner(self, run_id: str) -> RunOwner | None:
+        return self.holder if self.holder is not None and self.holder.run_id == run_id else None
+
+    def __call__(self, checkpoint: WorkflowCheckpoint) -> None:
+        self.save(checkpoint)
+
+
+def claim_pairs(kind: Callable[[], Claiming]) -> Callable[[], tuple[Save, Load]]:
+    def make_store() -> tuple[Save, Load]:
+        store = kind()
+        return store, store.load
+
+    return make_store
+
+
+class CallableClaiming(Claiming):
+    """The correct store, by another name for the tables below."""
+
+
+class AsyncClaiming(CallableClaiming):
+    """The claim as an async context manager."""
+
+    @contextlib.asynccontextmanager
+    async def claim(self, run_id: str) -> AsyncIterator[int | None]:  # type: ignore[override]
+        await asyncio.sleep(0)
+        with super().claim(run_id) as stored:
+            yield stored
+
+
+class GrantsTwice(CallableClaiming):
+    @contextlib.contextmanager
+    def claim(self, run_id: str) -> Iterator[int | None]:
+        yield None if self.data is None else self.data["seq"]
+
+
+class ForgetsTheSeq(CallableClaiming):
+    @contextlib.contextmanager
+    def claim(self, run_id: str) -> Iterator[int | None]:
+        with super().claim(run_id):
+            yield None
+
+
+class NamesNoOwner(CallableClaiming):
+    def owner(self, run_id: str) -> RunOwner | None:
+        return None
+
+
+class KeepsItsClaim(CallableClaiming):
+    @contextlib.contextmanager
+    def claim(self, run_id: str) -> Iterator[int | None]:
+        if self.holder is not None:
+            raise RunClaimedError(repr(self), run_id, self.holder)
+        self.holder = RunOwner.this_process(run_id)
+        yield None if self.data is None else self.data["seq"]
+
+
+def test_a_store_that_grants_claims_passes_sync_and_async() -> None:
+    """A claim refusing a second claimant, giving the seq and naming the owner passes."""
+    check_store(claim_pairs(CallableClaiming))
+    asyncio.run(check_store_async(claim_pairs(AsyncClaiming)))
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        (
+            GrantsTwice,
+            (
+                "claims: claiming it again while the first claim is held: the second claim was "
+                "granted; expected RunClaimedError"
+            ),
+        ),
+        (
+            ForgetsTheSeq,
+            (
+                "claims: claiming it again after giving it up gave None; expected 4 (seq 4 "
+                "stored last)"
+            ),
+        ),
+        (
+            NamesNoOwner,
+            (
+                "claims: while the claim is held: owner('executionkit-conformance') returned "
+                "None; expected a RunOwner of run 'executionkit-conformance' with pid"
+            ),
+        ),
+        (
+            KeepsItsClaim,
+            (
+                "claims: after the claim was given up: owner('executionkit-conformance') returned "
+                "RunOwner("
+            ),
+        ),
+    ],
+)
+def test_a_store_whose_claims_are_broken_fails_claims(
+    kind: Callable[[], Claiming], message: str
+) -> None:
+    """Each broken claim is named."""
+    with pytest.raises(StoreConformanceError) as caught:
+        check_store(claim_pairs(kind))
+    assert caught.value.property == "claims"
+    assert str(caught.value).startswith(message)

@@ -26,6 +26,16 @@ first one it breaks:
   the answer to its question (which drops the question, then the map's items),
   each load back equal.
 
+- **claims**, for a store whose ``save`` has a ``claim`` method (one that grants
+  one process at a time the ownership of a run; see the execution model): on
+  empty storage, ``claim(RUN_ID)`` (a sync or async context manager) is
+  granted and gives None; a second claim of the run while it is held raises
+  `executionkit.RunClaimedError`, even from the same store object; after seq
+  1 to 4 were saved and the claim given up, claiming again gives 4. If the
+  store has an ``owner`` method, ``owner(RUN_ID)`` returns a
+  `executionkit.RunOwner` with this process's pid while the claim is held, and
+  None once it is given up.
+
 Two more properties are opt-in, because not every correct store has them:
 
 - **constant cost** (``incremental=True``, for stores that claim to write only

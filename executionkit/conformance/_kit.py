@@ -9,6 +9,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from executionkit._checkpoint import WorkflowCheckpoint
+from executionkit.conformance._claims import check_claims
 from executionkit.conformance._names import (
     CONCURRENT_WRITERS,
     CONSTANT_COST,
@@ -59,6 +60,7 @@ class Kit:
             await self.constant_cost()
         if self.samples.workers:
             await self.concurrent_writers()
+        await check_claims(self)
 
     # -- helpers --
 

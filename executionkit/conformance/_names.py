@@ -27,6 +27,7 @@ SAVED_TWICE = "same checkpoint twice"
 RESUMED_RUN = "resumed run"
 CONSTANT_COST = "constant cost"
 CONCURRENT_WRITERS = "concurrent writers"
+CLAIMS = "claims"
 
 
 class StoreConformanceError(AssertionError):
