@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from executionkit._checkpoint import WorkflowCheckpoint
 from executionkit._errors import BudgetExceeded
 from executionkit._map import Unfinished
+from executionkit._questions import join_path
 from executionkit._types import TokenUsage
 
 if TYPE_CHECKING:
@@ -47,8 +48,12 @@ class ChildLanding(Protocol):
 
 
 def child_run_id(parent: str, step: str, key: str | None) -> str:
-    """The run_id of a child: derived from the parent's, the step name and the item key."""
-    return f"{parent}/{step}" if key is None else f"{parent}/{step}/{key}"
+    """The run_id of a child: the parent's, ``/``, then the step name and item key.
+
+    The step name and key are escaped and joined as in a question path
+    (`join_path`), so no two children of a run share a run_id.
+    """
+    return f"{parent}/{join_path(step) if key is None else join_path(step, key)}"
 
 
 async def run_child(
@@ -60,6 +65,9 @@ async def run_child(
 ) -> dict[str, Any]:
     """Run (or resume) the child of the step at ``position``; return its outputs as a dict."""
     resume, options = landing.child_start(position, key)
+    if resume is not None and resume.run_id is not None:
+        # A resumed child keeps its run_id, even one derived before names were escaped in it.
+        options["run_id"] = resume.run_id
 
     def saved(checkpoint: WorkflowCheckpoint) -> asyncio.Future[None]:
         # Awaited by the child: it goes on once its progress is in the parent's store.
@@ -74,7 +82,7 @@ async def run_child(
         raise Unfinished(str(exc)) from exc
     if result.pending:
         # Suspended: its checkpoint (with its questions) is in the parent's record; the
-        # parent's result lists them as "step/question", and a resume answers them.
+        # parent's result lists them by path ("step/question"), and a resume answers them.
         names = ", ".join(map(repr, result.pending))
         msg = f"the sub-workflow waits for answers to {names}"
         raise Unfinished(msg)

@@ -3,11 +3,16 @@
 Plain synchronous code. A question is recorded as pending with the time it
 was asked and its deadline; an answer given to ``run`` is checked against the
 pending questions before anything runs.
+
+A question is named by its path (`join_path`): the ask step's name, after the
+sub-workflow step (and item key) it is asked in, each segment escaped so that
+no two questions share a path whatever their names hold.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -19,6 +24,36 @@ if TYPE_CHECKING:
     from executionkit._checkpoint import WorkflowCheckpoint
     from executionkit._graph import Graph
     from executionkit._step_kinds import AskStep
+
+
+_ESCAPES = re.compile(r"%(25|2F)?")
+
+
+def join_path(*segments: str) -> str:
+    """The path of a question: each segment escaped, then joined with ``/``.
+
+    ``%`` is written ``%25`` and ``/`` is written ``%2F``; a segment without
+    either is unchanged. ``join_path("a/b")`` is ``"a%2Fb"``, ``join_path("a",
+    "b")`` is ``"a/b"``.
+    """
+    return "/".join(segment.replace("%", "%25").replace("/", "%2F") for segment in segments)
+
+
+def split_path(path: str) -> list[str]:
+    """The unescaped segments of ``path``: `join_path` undone.
+
+    Raises:
+        ValueError: If ``path`` has a ``%`` that is not ``%25`` or ``%2F``, so that
+            `join_path` never makes it.
+    """
+
+    def unescaped(found: re.Match[str]) -> str:
+        if found[1] is None:
+            msg = f"{path!r} is not a question path: write '%' as '%25' and '/' as '%2F'"
+            raise ValueError(msg)
+        return "%" if found[1] == "25" else "/"
+
+    return [_ESCAPES.sub(unescaped, segment) for segment in path.split("/")]
 
 
 def utc_now() -> datetime:
@@ -46,8 +81,12 @@ class Answers:
         pending: Mapping[str, Mapping[str, Any]],
         recorded: Mapping[str, Any],
         answers: Mapping[str, Any],
+        nested: Iterable[str] = (),
     ) -> None:
-        """Check every answer before anything runs.
+        """Check every answer (by ask step name) before anything runs.
+
+        ``nested`` are the paths of the questions pending in sub-workflows, listed
+        with this run's own when an answer is refused.
 
         Raises:
             RunArgumentError: If an answer names a step that is not waiting for
@@ -55,12 +94,12 @@ class Answers:
             Exception: Whatever a step's ``check`` raised for its answer.
         """
         wrong = [
-            f"{name!r} ({_why_not(graph, name, recorded)})"
+            f"{join_path(name)!r} ({_why_not(graph, name, recorded)})"
             for name in answers
             if name not in pending
         ]
         if wrong:
-            waiting = ", ".join(map(repr, pending)) or "none"
+            waiting = _listed(pending, nested)
             msg = (
                 f"answers given for steps that are not waiting for one: {', '.join(wrong)}; "
                 f"the questions pending in resume_from: {waiting}"
@@ -90,10 +129,15 @@ class Answers:
             del self.stored[name]
 
 
+def _listed(own: Iterable[str], nested: Iterable[str]) -> str:
+    """The paths of the pending questions, for a message: this run's, then nested ones."""
+    return ", ".join(repr(path) for path in (*map(join_path, own), *nested)) or "none"
+
+
 def _why_not(graph: Graph, name: str, recorded: Mapping[str, Any]) -> str:
     position = graph.index.get(name)
     if position is None:
-        return "no such step" + did_you_mean(name, graph.names)
+        return "no such step" + did_you_mean(join_path(name), list(map(join_path, graph.names)))
     if position not in graph.asks:
         return "not an ask step"
     if name in recorded:
@@ -115,12 +159,12 @@ def checked_answers(value: object) -> Mapping[str, Any]:
 
 
 def waiting_in(checkpoint: WorkflowCheckpoint) -> dict[str, Mapping[str, Any]]:
-    """Every question pending in ``checkpoint``, its sub-workflows' as ``step/question``.
+    """Every question pending in ``checkpoint`` by path, its sub-workflows' as ``step/question``.
 
     A map of sub-workflows names them ``step/item key/question``; deeper nesting
-    adds a segment per level.
+    adds a segment per level. Each segment is escaped (`join_path`).
     """
-    found = dict(checkpoint.pending)
+    found = {join_path(name): entry for name, entry in checkpoint.pending.items()}
     for name, nested in checkpoint.children.items():
         found.update(_nested(name, nested))
     return found
@@ -128,9 +172,9 @@ def waiting_in(checkpoint: WorkflowCheckpoint) -> dict[str, Mapping[str, Any]]:
 
 def _nested(name: str, entry: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     children = (
-        [(name, entry["checkpoint"])]
+        [(join_path(name), entry["checkpoint"])]
         if "checkpoint" in entry
-        else [(f"{name}/{key}", child) for key, child in entry["items"].items()]
+        else [(join_path(name, key), child) for key, child in entry["items"].items()]
     )
     return {
         f"{prefix}/{question}": pending
@@ -161,31 +205,38 @@ def route_answers(
 ) -> tuple[dict[str, Any], dict[tuple[str, str | None], dict[str, Any]]]:
     """Split ``answers`` into this run's and each sub-workflow's (by step and item key).
 
-    A name that is a step of this workflow is this run's; ``step/...`` and
-    ``step/key/...`` go to that child, with the rest of the name. Raises
-    `RunArgumentError` for a nested name no child is waiting on.
+    Answers are named by question path (`split_path`). A path of one segment is
+    this run's, by ask step name; in a longer one the first segment is a
+    sub-workflow step of this workflow, in a map of sub-workflows the second is
+    the item key, and the rest of the path goes to that child. Raises
+    `RunArgumentError` for a path that `join_path` never makes or a nested one no
+    child is waiting on.
     """
     mine: dict[str, Any] = {}
     routed: dict[tuple[str, str | None], dict[str, Any]] = {}
     wrong: list[str] = []
-    for name, answer in answers.items():
-        if name in graph.index or "/" not in name:
-            mine[name] = answer
+    for path, answer in answers.items():
+        try:
+            segments = split_path(path)
+        except ValueError:
+            wrong.append(f"{path!r} (not a question path: write '%' as '%25', '/' as '%2F')")
             continue
-        if name not in nested:
-            wrong.append(name)
+        if len(segments) == 1:
+            mine[segments[0]] = answer
             continue
-        step, rest = name.split("/", 1)
-        position = graph.index.get(step)
+        if path not in nested:
+            hint = f" (the step {path!r} is answered as {join_path(path)!r})"
+            wrong.append(repr(path) + (hint if path in graph.index else ""))
+            continue
+        step, *rest = segments
         key: str | None = None
-        if position is not None and position in graph.maps:
-            key, rest = rest.split("/", 1)
-        routed.setdefault((step, key), {})[rest] = answer
+        if graph.index[step] in graph.maps:
+            key, *rest = rest
+        routed.setdefault((step, key), {})[join_path(*rest)] = answer
     if wrong:
-        waiting = ", ".join(map(repr, [*own, *nested])) or "none"
         msg = (
-            f"answers given for questions no sub-workflow is waiting on: "
-            f"{', '.join(map(repr, wrong))}; the questions pending in resume_from: {waiting}"
+            f"answers given for questions no sub-workflow is waiting on: {', '.join(wrong)}; "
+            f"the questions pending in resume_from: {_listed(own, nested)}"
         )
         raise RunArgumentError(msg)
     return mine, routed

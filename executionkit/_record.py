@@ -22,7 +22,7 @@ from executionkit._children import Children
 from executionkit._errors import BudgetExceeded, WorkflowFailed
 from executionkit._map import MapDone, MapItems
 from executionkit._plain import plain_copy
-from executionkit._questions import Answers, asked, nested_pending, route_answers
+from executionkit._questions import Answers, asked, join_path, nested_pending, route_answers
 from executionkit._result import WorkflowResult
 from executionkit._resume import Restored, restore
 from executionkit._snapshot import Extended, OutputLog
@@ -136,7 +136,7 @@ class Record:
         children = self.children
         nested = nested_pending(self.graph, children.latest) if children else {}
         answers, children.answers = route_answers(self.graph, self.pending, nested, answers)
-        checked = Answers(self.graph, self.pending, self.outputs, answers)
+        checked = Answers(self.graph, self.pending, self.outputs, answers, nested)
         index = self.graph.index
         for name in sorted(checked.stored, key=index.__getitem__):
             stored = checked.stored[name]
@@ -172,10 +172,10 @@ class Record:
         self._invalidated[name] = reason
 
     def waiting(self) -> dict[str, Any]:
-        """Every question waiting for an answer, nested ones as ``step/question``."""
+        """Every question waiting for an answer by path (`join_path`), nested ones after."""
         names = self.graph.names
         pending = self.pending
-        found = {name: pending[name]["question"] for name in names if name in pending}
+        found = {join_path(name): pending[name]["question"] for name in names if name in pending}
         if self.children:
             nested = nested_pending(self.graph, self.children.latest)
             found.update((name, entry["question"]) for name, entry in nested.items())

@@ -34,6 +34,7 @@ from executionkit._progress_parts import error_text as _error_text
 from executionkit._progress_parts import escaped as _escaped
 from executionkit._progress_parts import is_terminal as _is_terminal
 from executionkit._progress_parts import total_cost as _total_cost
+from executionkit._questions import join_path
 from executionkit._terminal import one_line
 from executionkit._types import TokenUsage
 from executionkit.events import (
@@ -143,7 +144,7 @@ class ConsoleProgress:
         self._started: float | None = None
         self._maps: dict[str, _Map] = {}  # running map steps, in the order they found items
         self._items: dict[tuple[str, str], float] = {}  # running items -> first attempt began
-        self._waiting: dict[str, None] = {}  # ask steps waiting for an answer, as asked
+        self._waiting: dict[str, None] = {}  # questions waiting for an answer (by path), as asked
 
     # --- the callback ---------------------------------------------------------------------
 
@@ -227,11 +228,11 @@ class ConsoleProgress:
         """An ask step waiting for an answer, then answered; or the run suspended for some."""
         if isinstance(event, QuestionAsked):
             self._running.pop(event.step, None)
-            self._waiting[event.step] = None
+            self._waiting[join_path(event.step)] = None  # named as RunSuspended names it
             until = "" if event.expires_at is None else f" until {event.expires_at}"
             return _Line(f"{_PREFIX}: {event.step} is waiting for an answer{until}", status=True)
         if isinstance(event, QuestionAnswered):
-            self._waiting.pop(event.step, None)
+            self._waiting.pop(join_path(event.step), None)
             self._done.add(event.step)
             return _Line(f"{_PREFIX}: {event.step} answered", status=True, notable=False)
         self._running.clear()

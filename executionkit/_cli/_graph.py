@@ -10,7 +10,7 @@ from executionkit._cli._location import DatabaseLocation, parse_location
 from executionkit._cli._maps import map_sources, unfinished_maps
 from executionkit._cli._text import out, say
 from executionkit._conditions import condition_name
-from executionkit._questions import waiting_in
+from executionkit._questions import split_path, waiting_in
 from executionkit._terminal import one_line, show
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def step_statuses(workflow: Workflow, checkpoint: WorkflowCheckpoint) -> dict[st
     ``done``, ``failed``, ``skipped``, ``waiting`` (an ask step whose question waits
     for an answer, or a sub-workflow step whose child waits for one) or ``pending``.
     """
-    waiting = {name.split("/", 1)[0] for name in waiting_in(checkpoint)}
+    waiting = {split_path(path)[0] for path in waiting_in(checkpoint)}
     return {
         step.name: "waiting"
         if step.name in waiting and step.name not in checkpoint.errors

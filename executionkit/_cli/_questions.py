@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from executionkit._cli._exits import CliError
 from executionkit._cli._load import parse_json, read_json_object
+from executionkit._questions import split_path
 from executionkit._terminal import json_text, one_line, show
 
 if TYPE_CHECKING:
@@ -60,8 +61,16 @@ class GivenAnswers:
     def refused(self, error: BaseException) -> str | None:
         """The flag whose answer a step's ``check`` refused with ``error``, if it was that."""
         notes = getattr(error, "__notes__", ())
-        for name, source in self.sources.items():
-            if f"executionkit: check of step {name!r} refused the answer" in notes:
+        for path, source in self.sources.items():
+            try:
+                segments = split_path(path)
+            except ValueError:  # refused before any check ran
+                continue
+            step = segments[0]  # an ask step of the run itself: its path has one segment
+            if (
+                len(segments) == 1
+                and f"executionkit: check of step {step!r} refused the answer" in notes
+            ):
                 return source
         return None
 

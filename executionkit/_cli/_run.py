@@ -19,6 +19,7 @@ from executionkit._cli._location import DatabaseLocation, parse_location
 from executionkit._cli._maps import unfinished_maps
 from executionkit._cli._questions import GivenAnswers, now, pending_lines
 from executionkit._cli._text import error_text, json_document, out, say
+from executionkit._questions import waiting_in
 from executionkit._terminal import show
 
 if TYPE_CHECKING:
@@ -153,7 +154,7 @@ def _ended(result: WorkflowResult, label: str | None, saver: _Saver, total: int)
 def _suspended(result: WorkflowResult, label: str | None, saver: _Saver, total: int) -> int:
     """Print the questions the run waits for, say what was saved, and return exit code 3."""
     last = saver.last
-    asked = {} if last is None else last.pending
+    asked = {} if last is None else waiting_in(last)  # by question path, as result.pending
     pending = {
         name: asked.get(name) or {"question": question, "asked_at": "-", "expires_at": None}
         for name, question in result.pending.items()
