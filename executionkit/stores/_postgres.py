@@ -8,6 +8,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+from executionkit.stores import _pg_claims
 from executionkit.stores._sql import SqlCheckpoints
 from executionkit.stores._sql_schema import Dialect, tables
 from executionkit.stores._sqlite import check_keep_last
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
     from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._ownership import RunOwner
     from executionkit.stores._sql_schema import Rows
 
 _DIALECT = Dialect(
@@ -70,6 +72,21 @@ class PostgresStore:
     advisory lock, with ``executionkit_schema`` holding their version (2).
     Reads run in one ``REPEATABLE READ`` snapshot.
 
+    A run is owned by one live process at a time (`claim`, which `Workflow.run`
+    takes before any step starts): the claim is a session advisory lock, so
+    the server drops it when the owner's database session ends, even when the
+    owner was killed, with no lease to wait out. The run's saves go through
+    the session that holds its claim: a new owner is granted the claim only
+    once every save of the previous one has committed or rolled back, and
+    then reads the run's latest checkpoint. If that session ends under a live
+    owner (the server restarted, or ``pg_terminate_backend``), its next save
+    raises `ClaimLostError` instead of reconnecting. What claims do not cover:
+    a client whose machine vanishes without closing its TCP connection keeps
+    its session, and its claims, until the server notices (its TCP keepalive
+    settings, or ``idle_session_timeout``); and a pooler in transaction mode
+    (PgBouncer) hands sessions around, which breaks session locks: claim
+    through a direct connection.
+
     Args:
         target: A connection string (``"postgresql://user@host/db"``), for
             which the store opens one connection (autocommit, each call its own
@@ -78,6 +95,8 @@ class PostgresStore:
             you own (calls are serialised on it; inside a transaction you
             opened, a save becomes a savepoint and commits with yours); or a
             ``psycopg_pool.ConnectionPool``, from which each call borrows one.
+            A claim is held on the store's own connection, on yours, or on
+            a connection borrowed from the pool until the claim is left.
         history: Keep every checkpoint saved; see `history` and `prune`.
             Without it a save deletes the checkpoint it replaces.
 
@@ -105,6 +124,7 @@ class PostgresStore:
         self._lock = threading.RLock()
         self._own: Any = None  # the connection opened from a connection string
         self._ready = False  # tables created (or found) by this store object
+        self._claims = _pg_claims.RunClaims(self._lock)
 
     def __repr__(self) -> str:
         """Show the database, without a password."""
@@ -142,7 +162,7 @@ class PostgresStore:
 
         # Retrying after a lost connection is safe: if the first attempt committed,
         # the second finds the same checkpoint stored and writes nothing.
-        self._sql.committed(self._run(save, write="save"))
+        self._sql.committed(self._run(save, write="save", run_id=run_id))
 
     def load(self, run_id: str | None = None) -> WorkflowCheckpoint | None:
         """Return the latest checkpoint of ``run_id``, or None if none is stored.
@@ -200,8 +220,45 @@ class PostgresStore:
         """
         return bool(self._run(lambda db: self._sql.delete(db, run_id), write=True))
 
+    @contextlib.contextmanager
+    def claim(self, run_id: str) -> Iterator[int | None]:
+        """Own ``run_id`` until the block is left; yield the seq of its latest checkpoint.
+
+        `Workflow.run` enters this before any step starts. The claim is a
+        session advisory lock, held on the store's connection (for a pool, on
+        one borrowed from it until the block is left); the run's saves go
+        through that session, and raise `ClaimLostError` once it has ended. The
+        tables are created if missing. Leaving releases the claim, and never
+        raises when the session has ended already.
+
+        Yields:
+            The ``seq`` of the latest checkpoint stored of the run, read once
+            the claim is held; None if there is none.
+
+        Raises:
+            RunClaimedError: If another session, or a claim of this process
+                on the same session, holds the run; ``owner`` names it.
+        """
+        self._claims.refuse_held(repr(self), run_id)
+        with self._claim_session() as (session, lock):
+            if not self._ready:
+                with lock, session.transaction():
+                    self._create(_Adapter(session))
+            with self._claims.hold(repr(self), session, lock, run_id) as stored:
+                yield stored
+
+    def owner(self, run_id: str) -> RunOwner | None:
+        """The process that owns ``run_id`` now, or None if no live session claims it."""
+        found: RunOwner | None = self._run(
+            lambda db: _pg_claims.read_owner(db.connection, run_id), write=False
+        )
+        return found
+
     def close(self) -> None:
-        """Close the connection this store opened from a connection string, if any."""
+        """Close the connection this store opened from a connection string, if any.
+
+        Claims held on it end with it: their runs' next saves raise `ClaimLostError`.
+        """
         with self._lock:
             own, self._own = self._own, None
         if own is not None:
@@ -216,13 +273,23 @@ class PostgresStore:
 
     # --- connections ----------------------------------------------------------------
 
-    def _run(self, work: Any, *, write: str | bool) -> Any:
+    def _run(self, work: Any, *, write: str | bool, run_id: str | None = None) -> Any:
         """Run ``work(db)`` in one transaction; None if the tables are absent.
 
         ``write`` is ``"save"`` (creating the tables if missing), True (prune,
-        delete) or False (a read, in one snapshot).
+        delete) or False (a read, in one snapshot). The save of a claimed
+        ``run_id`` goes through its claim's session, never reconnecting.
         """
         psycopg = _psycopg()
+        claim = None if run_id is None else self._claims.get(run_id)
+        if claim is not None and run_id is not None:
+            try:
+                with claim.lock:
+                    return self._transaction(claim.connection, work, write=write)
+            except psycopg.OperationalError as exc:
+                if not claim.connection.closed:
+                    raise
+                raise _pg_claims.claim_lost(repr(self), run_id, exc) from exc
         try:
             return self._attempt(work, write=write)
         except psycopg.OperationalError:
@@ -233,41 +300,62 @@ class PostgresStore:
 
     def _attempt(self, work: Any, *, write: str | bool) -> Any:
         with self._connection() as connection:
-            idle = connection.info.transaction_status == 0  # psycopg's IDLE
-            with connection.transaction():
-                db = _Adapter(connection)
-                if write == "save":
-                    self._create(db)
-                else:
-                    if idle and not write:  # one snapshot for every query of the read
-                        db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                    found = db.execute("SELECT to_regclass('executionkit_schema')").fetchone()
-                    if found[0] is None:
-                        return None
-                    self._sql.check_version(db)
-                return work(db)
+            return self._transaction(connection, work, write=write)
+
+    def _transaction(self, connection: Any, work: Any, *, write: str | bool) -> Any:
+        idle = connection.info.transaction_status == 0  # psycopg's IDLE
+        with connection.transaction():
+            db = _Adapter(connection)
+            if write == "save":
+                self._create(db)
+            else:
+                if idle and not write:  # one snapshot for every query of the read
+                    db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                found = db.execute("SELECT to_regclass('executionkit_schema')").fetchone()
+                if found[0] is None:
+                    return None
+                self._sql.check_version(db)
+            return work(db)
 
     def _create(self, db: _Adapter) -> None:
         if self._ready:
             return
         db.execute("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK,))
         self._sql.create(db)
+        db.execute(_pg_claims.CREATE)  # outside the schema version: only claims use it
         self._ready = True
 
     @contextlib.contextmanager
+    def _claim_session(self) -> Iterator[tuple[Any, contextlib.AbstractContextManager[object]]]:
+        """The session to hold a claim on, and the lock that serialises its use."""
+        if self._kind != "pool":
+            with self._lock:
+                session = self._session()
+            yield session, self._lock
+            return
+        session = self.target.getconn()  # type: ignore[attr-defined]
+        try:
+            yield session, threading.RLock()
+        finally:
+            self.target.putconn(session)  # type: ignore[attr-defined]
+
+    @contextlib.contextmanager
     def _connection(self) -> Iterator[Any]:
-        psycopg = _psycopg()
+        _psycopg()
         if self._kind == "pool":
             with self.target.connection() as connection:  # type: ignore[attr-defined]
                 yield connection
             return
         with self._lock:
-            if self._kind == "connection":
-                yield self.target
-                return
-            if self._own is None or self._own.closed:
-                self._own = psycopg.connect(str(self.target), autocommit=True)
-            yield self._own
+            yield self._session()
+
+    def _session(self) -> Any:
+        """The connection you gave, or the store's own (opened if need be); hold the lock."""
+        if self._kind == "connection":
+            return self.target
+        if self._own is None or self._own.closed:
+            self._own = _psycopg().connect(str(self.target), autocommit=True)
+        return self._own
 
 
 def _without_password(conninfo: str) -> str:
