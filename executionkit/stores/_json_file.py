@@ -8,11 +8,16 @@ import os
 import tempfile
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from executionkit._checkpoint import WorkflowCheckpoint
 from executionkit._errors import CheckpointFormatError
+from executionkit.stores._claims import claimed, lock_owner
 from executionkit.stores._common import TOO_DEEP, encode, loads, same_json, stale
 from executionkit.stores._files import FileId, fsync_folder, path_id, read_bytes, write_all
+
+if TYPE_CHECKING:
+    from executionkit._ownership import RunOwner
 
 
 class JsonFileStore:
@@ -35,6 +40,16 @@ class JsonFileStore:
     changed it since this store last did, but is not atomic across processes:
     give each file one writer, and use `SQLiteStore` for several.
 
+    `claim` makes one live process the owner of the file, so that two
+    processes resuming it never both run it: `Workflow.run` takes the claim
+    before any step starts and a second run is refused with
+    `RunClaimedError`. The claim is an OS lock (``flock``) on the file
+    ``<path>.claim`` beside it, released by the OS when its owner ends, even
+    killed; that file stays (deleting it would race with a claimant). As the
+    file holds one run, while it is claimed a claim for *any* run is refused
+    (starting another run would replace the live run's checkpoint). Where
+    ``fcntl`` is missing (Windows) no claim is taken.
+
     Args:
         path: The checkpoint file.
 
@@ -48,6 +63,7 @@ class JsonFileStore:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         """Store checkpoints in the file at ``path``."""
         self.path = Path(path)
+        self._claim_lock = self.path.with_name(f"{self.path.name}.claim")
         self._lock = threading.Lock()
         # (file identity, run_id, seq) of the file as this store last wrote or read it.
         self._known: tuple[FileId, str | None, int] | None = None
@@ -100,6 +116,37 @@ class JsonFileStore:
             if checkpoint is not None:
                 self._known = (file_id, checkpoint.run_id, checkpoint.seq)
             return checkpoint
+
+    def claim(self, run_id: str) -> contextlib.AbstractContextManager[int | None]:
+        """Claim the file for ``run_id``, until the context manager is left.
+
+        Entering takes the claim and gives the ``seq`` of the checkpoint of
+        ``run_id`` the file holds, read once the claim is held (None if it
+        holds none, or one of another run). Leaving gives the claim up.
+
+        Raises:
+            RunClaimedError: On entering, if the file is claimed, by another
+                process or by another claim in this one, whatever its run: the
+                error names the owner and the run it owns. Nothing was written.
+            CheckpointFormatError: On entering, as `load` does.
+        """
+        return claimed(
+            repr(self), self._claim_lock, run_id, lambda: self._seq_of(run_id), one_run=True
+        )
+
+    def owner(self, run_id: str | None = None) -> RunOwner | None:  # noqa: ARG002 - one run
+        """Who holds the file's claim now, or None if no live process does.
+
+        The file holds one run, so this is its owner whichever ``run_id`` is
+        asked about; its ``run_id`` says which run it claimed. Asking never
+        makes a claim fail.
+        """
+        return lock_owner(self._claim_lock)
+
+    def _seq_of(self, run_id: str) -> int | None:
+        with self._lock:
+            held = self._held()
+        return held[1] if held is not None and held[0] == run_id else None
 
     def _held(self) -> tuple[str | None, int] | None:
         """The run_id and seq the file holds, read only if it changed since we saw it."""

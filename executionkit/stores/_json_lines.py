@@ -9,10 +9,11 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from executionkit._checkpoint import FORMAT_VERSION, WorkflowCheckpoint
 from executionkit._errors import CheckpointFormatError, CheckpointValueError
+from executionkit.stores._claims import claimed, lock_owner
 from executionkit.stores._common import dumps, encode, loads, same_json, stale
 from executionkit.stores._files import (
     WRITE_FLAGS,
@@ -35,6 +36,9 @@ from executionkit.stores._lines_format import (
 )
 from executionkit.stores._lines_items import item_differences, new_item_entries, next_items
 from executionkit.stores._unstorable import unstorable
+
+if TYPE_CHECKING:
+    from executionkit._ownership import RunOwner
 
 
 @dataclass
@@ -94,6 +98,17 @@ class JsonLinesStore:
     `StaleCheckpointError`. One writer per file: appends from several
     processes are not coordinated (threads sharing one store are).
 
+    `claim` makes one live process the owner of the file, so that two
+    processes resuming it never both run it: `Workflow.run` takes the claim
+    before any step starts and a second run is refused with
+    `RunClaimedError`. The claim is an OS lock (``flock``) on the file
+    ``<path>.claim`` beside it (``run.jsonl.claim``), released by the OS when
+    its owner ends, even killed; that file stays (deleting it would race with
+    a claimant). As the file holds one run, while it is claimed a claim for
+    *any* run is refused (starting another run would start the file over
+    under the live run). Where ``fcntl`` is missing (Windows) no claim is
+    taken.
+
     Only checkpoints of the current format (those `Workflow.run` writes) can be
     stored. Lines that no longer count (outputs a rerun replaced, runs the
     file started over from) stay until `compact` rewrites the file as its
@@ -106,6 +121,7 @@ class JsonLinesStore:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         """Store checkpoints in the JSON Lines file at ``path``."""
         self.path = Path(path)
+        self._claim_lock = self.path.with_name(f"{self.path.name}.claim")
         self._lock = threading.Lock()
         self._state: _LinesState | None = None
 
@@ -161,6 +177,37 @@ class JsonLinesStore:
         with self._lock:
             self._state = self._read()
             return self._state.latest
+
+    def claim(self, run_id: str) -> contextlib.AbstractContextManager[int | None]:
+        """Claim the file for ``run_id``, until the context manager is left.
+
+        Entering takes the claim and gives the ``seq`` of the checkpoint of
+        ``run_id`` the file holds, read once the claim is held (None if it
+        holds none, or one of another run). Leaving gives the claim up.
+
+        Raises:
+            RunClaimedError: On entering, if the file is claimed, by another
+                process or by another claim in this one, whatever its run: the
+                error names the owner and the run it owns. Nothing was written.
+            CheckpointFormatError: On entering, as `load` does.
+        """
+        return claimed(
+            repr(self), self._claim_lock, run_id, lambda: self._seq_of(run_id), one_run=True
+        )
+
+    def owner(self, run_id: str | None = None) -> RunOwner | None:  # noqa: ARG002 - one run
+        """Who holds the file's claim now, or None if no live process does.
+
+        The file holds one run, so this is its owner whichever ``run_id`` is
+        asked about; its ``run_id`` says which run it claimed. Asking never
+        makes a claim fail.
+        """
+        return lock_owner(self._claim_lock)
+
+    def _seq_of(self, run_id: str) -> int | None:
+        with self._lock:
+            latest = self._current().latest
+        return latest.seq if latest is not None and latest.run_id == run_id else None
 
     def compact(self) -> None:
         """Rewrite the file as one line holding its latest checkpoint, atomically.

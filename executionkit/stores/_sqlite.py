@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from executionkit._errors import CheckpointFormatError
+from executionkit.stores._claims import claimed, lock_owner, run_lock_name
 from executionkit.stores._files import check_regular
 from executionkit.stores._sql import SqlCheckpoints
 from executionkit.stores._sql_schema import Dialect, tables
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._ownership import RunOwner
 
 _DIALECT = Dialect(
     schema=tables("INTEGER"),
@@ -103,6 +105,16 @@ class SQLiteStore:
     tables of schema version 1 (also unreleased, which kept items in each
     header), is refused with `CheckpointFormatError`.
 
+    `claim` makes one live process the owner of a run, so that two processes
+    resuming it never both run it: `Workflow.run` takes the claim before any
+    step starts and a second run is refused with `RunClaimedError`. Each run
+    has its own claim, so runs in one database never block each other. A claim
+    is an OS lock (``flock``) on a lock file of the run in the folder
+    ``<path>.claims`` (created on the first claim), named by a hash of the
+    run_id, released by the OS when its owner ends, even killed; the lock files
+    stay (deleting one would race with a claimant). Where ``fcntl`` is missing
+    (Windows) no claim is taken.
+
     Args:
         path: The database file (not ``":memory:"``: each call connects anew).
         history: Keep every checkpoint saved; see `history` and `prune`.
@@ -132,6 +144,7 @@ class SQLiteStore:
             msg = f"SQLiteStore: synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}"
             raise ValueError(msg)
         self.path = Path(path)
+        self._claims = self.path.with_name(f"{self.path.name}.claims")
         self.keeps_history = history
         self.timeout = timeout
         self.synchronous = synchronous
@@ -249,6 +262,61 @@ class SQLiteStore:
         """
         with self._writing() as connection:
             return False if connection is None else self._sql.delete(connection, run_id)
+
+    def claim(self, run_id: str) -> contextlib.AbstractContextManager[int | None]:
+        """Claim ``run_id``, until the context manager is left.
+
+        Entering takes the claim and gives the ``seq`` of the run's latest
+        stored checkpoint, read once the claim is held (None if there is none).
+        Leaving gives the claim up. Claims of other runs are not affected.
+
+        Raises:
+            RunClaimedError: On entering, if the run is claimed, by another
+                process or by another claim in this one; the error names the
+                owner. Nothing was written.
+            CheckpointFormatError: On entering, if ``path`` is not an SQLite
+                database of this store, or is a FIFO or a device.
+        """
+        return claimed(
+            repr(self),
+            self._claims / run_lock_name(run_id),
+            run_id,
+            lambda: self._seq_of(run_id),
+            in_own_folder=True,
+        )
+
+    def owner(self, run_id: str | None = None) -> RunOwner | None:
+        """Who holds the claim of ``run_id`` now, or None if no live process does.
+
+        Args:
+            run_id: The run; ``None`` (default) asks about the run saved to
+                most recently, as `load` does.
+
+        Asking never makes a claim fail.
+        """
+        if run_id is None:
+            runs = self.run_ids()
+            if not runs:
+                return None
+            run_id = runs[0]
+        return lock_owner(self._claims / run_lock_name(run_id))
+
+    def _seq_of(self, run_id: str) -> int | None:
+        with self._reading() as connection:
+            if connection is None:
+                return None
+            query = "SELECT seq FROM executionkit_runs WHERE run_id = ?"
+            row = connection.execute(query, (run_id,)).fetchone()
+        if row is None:
+            return None
+        seq = row[0]
+        if type(seq) is not int:
+            msg = (
+                f"{self!r}, run {run_id!r}: the stored seq must be an int, got "
+                f"{type(seq).__name__} {seq!r}"
+            )
+            raise CheckpointFormatError(msg)
+        return seq if seq >= 0 else None
 
     def _create(self, connection: sqlite3.Connection) -> None:
         self._refuse_old(connection)
