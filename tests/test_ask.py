@@ -15,7 +15,6 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from pg_fixture import pg_server, pg_uri
 
 import executionkit._questions as questions
 from executionkit import (
@@ -35,7 +34,6 @@ from executionkit.stores import JsonFileStore, JsonLinesStore, PostgresStore, SQ
 if TYPE_CHECKING:
     from pathlib import Path
 
-__all__ = ["pg_server", "pg_uri"]  # fixtures, used by name
 
 SCHEDULES = ["batch", "eager"]
 

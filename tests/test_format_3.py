@@ -12,7 +12,6 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from pg_fixture import pg_server, pg_uri
 
 from executionkit import CheckpointFormatError, TokenUsage, WorkflowCheckpoint
 from executionkit.stores import JsonFileStore, JsonLinesStore, PostgresStore, SQLiteStore
@@ -20,7 +19,6 @@ from executionkit.stores import JsonFileStore, JsonLinesStore, PostgresStore, SQ
 if TYPE_CHECKING:
     from pathlib import Path
 
-__all__ = ["pg_server", "pg_uri"]  # fixtures, used by name
 
 USAGE = {"input_tokens": 5, "output_tokens": 2, "llm_calls": 1}
 

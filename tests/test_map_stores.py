@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pg_fixture import new_database, pg_server
+from pg_fixture import new_database
 
 from executionkit import (
     CheckpointFormatError,
@@ -42,7 +42,6 @@ from executionkit.stores import _sql_items as sql_items
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["pg_server"]  # a fixture, used by name
 
 KINDS = ["json-lines", "sqlite", "postgres"]
 PAD = "p" * 24

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
-from pg_fixture import pg_server, pg_uri
 from psycopg_pool import ConnectionPool
 
 from executionkit import (
@@ -31,7 +30,6 @@ from executionkit.stores import PostgresStore
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-__all__ = ["pg_server", "pg_uri"]  # fixtures, used by name
 
 KINDS = ("conninfo", "connection", "pool")
 # Holds a claim until its stdin closes; says so on stdout once it holds it.

@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from pg_fixture import new_database, pg_server, pg_uri, restart
+from pg_fixture import new_database, restart
 from sql_store_cases import (
     assert_exact,
     chain_checkpoints,
@@ -24,8 +24,6 @@ from sql_store_cases import (
 from executionkit import CheckpointFormatError, WorkflowCheckpoint
 from executionkit.conformance import RUN_ID, check_store
 from executionkit.stores import PostgresStore, StaleCheckpointError, _sql
-
-__all__ = ["pg_server", "pg_uri"]  # fixtures, used by name
 
 
 def rows(uri: str, sql: str, *params: object) -> list[Any]:
