@@ -275,6 +275,8 @@ class StaleCheckpointError(ExecutionKitError):
         seq: The ``seq`` of the refused checkpoint (for a run refused before it
             started, of ``resume_from``; 0 for a fresh run).
         stored_seq: The ``seq`` of the checkpoint the store holds.
+        before_start: Whether `Workflow.run` refused to start (nothing ran),
+            rather than a store refusing a save.
     """
 
     def __init__(
@@ -290,6 +292,7 @@ class StaleCheckpointError(ExecutionKitError):
         self.run_id = run_id
         self.seq = seq
         self.stored_seq = stored_seq
+        self.before_start = before_start
         if before_start:
             start = "a fresh run" if seq == 0 else f"a run resuming from checkpoint seq={seq}"
             message = (

@@ -1008,6 +1008,7 @@ format      version 3
 run_id      run-1
 seq         2
 created_at  2025-01-02T03:04:05+00:00
+claimed_by  nobody
 metadata    {"workflow": "cli_workflow:workflow"}
 context     lang, text (key names only, never values)
 tokens      120 in + 4 out = 124 tokens, 1 LLM call
@@ -1063,6 +1064,7 @@ def test_inspect_json(cli: Callable[..., Outcome], tmp_path: Path) -> None:
         "items": {},
         "waiting": {},
         "outputs": {"words": '["the", "cat", "sat"]', "count": "3"},
+        "claimed_by": None,
     }
     without = json.loads(cli("inspect", "run.json", "--json").out)
     assert (without["total"], without["pending"], without["unknown"]) == (None, None, None)

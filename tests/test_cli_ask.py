@@ -606,6 +606,7 @@ format      version 3
 run_id      run-1
 seq         2
 created_at  2020-01-02T03:04:05+00:00
+claimed_by  nobody
 metadata    {"workflow": "approval:workflow"}
 tokens      100 in + 20 out = 120 tokens, 1 LLM call
 steps       1 recorded (--workflow MODULE:ATTR shows the total)

@@ -2,7 +2,8 @@
 
 Commands: ``demo``, ``run``, ``inspect`` and ``graph``. Exit codes: 0 done, 1 a
 step failed (or a checkpoint could not be saved), 2 usage or bad input, 3 the run
-waits for answers to its questions (`Step.ask`), 130 interrupted (Ctrl-C), 143
+waits for answers to its questions (`Step.ask`), 4 another process owns the run or
+saved it since it was loaded (nothing ran), 130 interrupted (Ctrl-C), 143
 terminated (SIGTERM). Bad input is reported as one
 ``executionkit: error: ...`` line on stderr, never a traceback. The heavier
 imports (stores, progress, the demo) stay inside the commands, so that
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from executionkit._cli._exits import (
     EXIT_BROKEN_PIPE,
+    EXIT_CLAIMED,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXIT_BROKEN_PIPE",
+    "EXIT_CLAIMED",
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
     "EXIT_OK",

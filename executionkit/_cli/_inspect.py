@@ -1,4 +1,4 @@
-"""``executionkit inspect``: what a checkpoint file holds, as text or JSON."""
+"""``executionkit inspect``: what a checkpoint file holds, as text or JSON, and who claims it."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._cli._location import Location
     from executionkit._types import TokenUsage
     from executionkit._workflow import Workflow
 
@@ -32,6 +33,8 @@ def inspect_command(args: argparse.Namespace) -> int:
     assert checkpoint is not None  # noqa: S101 - missing_ok=False never returns None
     workflow = None if args.workflow is None else load_workflow(args.workflow)
     summary = describe(checkpoint, workflow, file=path)
+    if location.reports_owners():  # else no line at all: "nobody" would be a guess
+        summary["claimed_by"] = _claimed_by(location)
     if not args.json:
         out(describe_text(summary))
         return EXIT_OK
@@ -47,6 +50,7 @@ def inspect_command(args: argparse.Namespace) -> int:
 def _list_runs(location: DatabaseLocation, *, as_json: bool) -> int:
     """Print the runs a database holds, the most recently written first."""
     runs: list[dict[str, Any]] = []
+    owners = location.reports_owners()
     for run_id in location.run_ids():
         latest = DatabaseLocation(location.label, location.scheme, location.target, run_id)
         checkpoint = latest.load(missing_ok=False)
@@ -61,6 +65,9 @@ def _list_runs(location: DatabaseLocation, *, as_json: bool) -> int:
                 "created_at": checkpoint.created_at,
             }
         )
+        if owners:
+            owner = location.owner(run_id)
+            runs[-1]["claimed_by"] = None if owner is None else owner.to_dict()
     if as_json:
         out(json_document({"database": location.label, "runs": runs}))
         return EXIT_OK
@@ -70,12 +77,35 @@ def _list_runs(location: DatabaseLocation, *, as_json: bool) -> int:
         f"{run['failed']} failed, "
         + (f"{run['waiting']} waiting for an answer, " if run["waiting"] else "")
         + f"saved {run['created_at'] or 'at an unknown time'}"
+        + ("" if run.get("claimed_by") is None else f", claimed by {_owner_text(run)}")
         for run in runs
     )
     if runs:
         lines.append(f"inspect one with: executionkit inspect '{location.label}?run_id=RUN_ID'")
     out("\n".join(lines) + "\n")
     return EXIT_OK
+
+
+def _claimed_by(location: Location) -> dict[str, Any] | None:
+    """Who claims the run ``location`` names, as `RunOwner.to_dict` writes it; None: no one."""
+    if isinstance(location, DatabaseLocation):
+        owner = location.owner(location.named_run("inspect"))
+    else:
+        owner = location.owner()
+    return None if owner is None else owner.to_dict()
+
+
+def _owner_text(summary: Mapping[str, Any]) -> str:
+    """``process 1234 on host 'worker-1' since ...``, naming its run if not the one shown."""
+    from executionkit._ownership import RunOwner  # noqa: PLC0415 - imports socket
+
+    owner = RunOwner.from_dict(summary["claimed_by"])
+    if owner is None:  # never: inspect wrote it with to_dict
+        return "someone"
+    text = owner.describe()
+    if owner.run_id != summary["run_id"]:
+        text += f", for run {owner.run_id!r}"
+    return one_line(text)
 
 
 def describe(
@@ -142,17 +172,8 @@ def describe_text(summary: Mapping[str, Any]) -> str:
         for number, value in enumerate(values or ("(none)",)):
             lines.append(f"{label if number == 0 else '':<12}{value}")
 
-    version = summary["version"]
-    field("file", one_line(summary["file"]))
-    field("format", f"version {version}" + (" (ExecutionKit 0.4)" if version == 0 else ""))
-    field("run_id", one_line(summary["run_id"] or "-"))
-    field("seq", str(summary["seq"]))
-    field("created_at", one_line(summary["created_at"] or "-"))
-    if summary["metadata"]:
-        field("metadata", preview(summary["metadata"]))
-    keys = summary["context_keys"]
-    if keys:
-        field("context", f"{', '.join(map(show, keys))} (key names only, never values)")
+    for label, value in _heading(summary):
+        field(label, value)
     field("tokens", _usage_text(summary["cost"]))
     recorded = len(summary["recorded"])
     if summary["total"] is None:
@@ -177,6 +198,27 @@ def describe_text(summary: Mapping[str, Any]) -> str:
     width = min(max((len(show(name)) for name in outputs), default=0), 24)
     lines.extend(f"  {show(name):<{width}}  {text}" for name, text in outputs.items())
     return "\n".join(lines)
+
+
+def _heading(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The first fields: which run, which checkpoint of it, who claims it, what it keeps."""
+    version = summary["version"]
+    fields = [
+        ("file", one_line(summary["file"])),
+        ("format", f"version {version}" + (" (ExecutionKit 0.4)" if version == 0 else "")),
+        ("run_id", one_line(summary["run_id"] or "-")),
+        ("seq", str(summary["seq"])),
+        ("created_at", one_line(summary["created_at"] or "-")),
+    ]
+    if "claimed_by" in summary:  # only when the store can tell
+        owned = summary["claimed_by"] is not None
+        fields.append(("claimed_by", _owner_text(summary) if owned else "nobody"))
+    if summary["metadata"]:
+        fields.append(("metadata", preview(summary["metadata"])))
+    keys = summary["context_keys"]
+    if keys:
+        fields.append(("context", f"{', '.join(map(show, keys))} (key names only, never values)"))
+    return fields
 
 
 def _steps_text(summary: Mapping[str, Any]) -> str:

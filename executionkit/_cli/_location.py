@@ -7,7 +7,8 @@ a URL naming a database and, with ``?run_id=ID``, one run in it:
 - ``postgresql://user@host/dbname`` (`PostgresStore`, with the ``postgres`` extra).
 
 Every problem becomes a `CliError` naming the location as it was given (a
-password in a PostgreSQL URL is never shown).
+password in a PostgreSQL URL is never shown). A location also says who claims
+its run (``owner``), when its store reports owners (``reports_owners``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._ownership import RunOwner
 
 _SCHEMES = ("sqlite", "postgresql", "postgres")
 
@@ -59,6 +61,23 @@ class FileLocation:
             msg = f"{flag} {self.label}: folder {self.path.parent} does not exist"
             raise CliError(msg)
         return JsonFileStore(self.path)
+
+    def reports_owners(self) -> bool:
+        """Whether the file's store can say who claims it (`owner`)."""
+        from executionkit.stores import JsonFileStore  # noqa: PLC0415
+
+        return callable(getattr(JsonFileStore, "owner", None))
+
+    def owner(self) -> RunOwner | None:
+        """The live process that claims the file now, or None (also if no one can tell)."""
+        from executionkit._errors import ExecutionKitError  # noqa: PLC0415
+        from executionkit.stores import JsonFileStore  # noqa: PLC0415
+
+        try:
+            return _owner_of(JsonFileStore(self.path), None)
+        except (ExecutionKitError, OSError) as exc:  # a claim file that is not one
+            msg = f"{self.label}: {error_text(exc)}"
+            raise CliError(msg) from None
 
 
 @dataclass(frozen=True)
@@ -122,6 +141,15 @@ class DatabaseLocation:
         del flag  # the store reports its own problems, naming the database
         return self.store()
 
+    def reports_owners(self) -> bool:
+        """Whether the database's store can say who claims a run (`owner`)."""
+        return callable(getattr(self.store(), "owner", None))
+
+    def owner(self, run_id: str) -> RunOwner | None:
+        """The live process that claims ``run_id`` now, or None (also if no one can tell)."""
+        found: RunOwner | None = self._call(lambda store: _owner_of(store, run_id))
+        return found
+
     def _call(self, read: Callable[[_Database], Any]) -> Any:
         from executionkit._errors import ExecutionKitError  # noqa: PLC0415
 
@@ -139,6 +167,15 @@ class DatabaseLocation:
 
 
 Location = FileLocation | DatabaseLocation
+
+
+def _owner_of(store: object, run_id: str | None) -> RunOwner | None:
+    """``store.owner(run_id)`` (the file stores take no run_id), if the store has it."""
+    owner = getattr(store, "owner", None)
+    if owner is None:
+        return None
+    found: RunOwner | None = owner() if run_id is None else owner(run_id)
+    return found
 
 
 def parse_location(text: str) -> Location:

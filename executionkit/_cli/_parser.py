@@ -12,6 +12,9 @@ exit codes:
        an answer to a step that is not waiting for one, or one its check refuses)
   3    waiting for answers: the questions are printed and what completed is saved;
        run again with --answer NAME=VALUE
+  4    another process owns the run (it is running it now), or saved it since this
+       command loaded it: nothing ran; run the same command again once that process
+       has ended
   130  interrupted with Ctrl-C (what completed is saved)
   143  terminated with SIGTERM (what completed is saved)
 """
@@ -125,8 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
         "inspect",
         help="show what a checkpoint file holds (imports nothing)",
         description=(
-            "Show a checkpoint file: format, run_id, seq, recorded and failed steps,\n"
-            "saved progress, the items recorded of unfinished map steps, the questions\n"
+            "Show a checkpoint file: format, run_id, seq, the process that claims the\n"
+            "run (one running it now), recorded and failed steps, saved progress,\n"
+            "the items recorded of unfinished map steps, the questions\n"
             "waiting for an answer (when asked, until when), token usage and a preview\n"
             "of each output. Nothing is imported or executed unless\n"
             "--workflow is given."

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from executionkit._cli._exits import (
+    EXIT_CLAIMED,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -24,26 +26,43 @@ from executionkit._terminal import show
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
+    from contextlib import AbstractContextManager
 
     from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._errors import RunClaimedError, StaleCheckpointError
     from executionkit._result import WorkflowResult
     from executionkit._workflow import Workflow
 
 
 class _Saver:
-    """The run's ``checkpoint_fn``: the store, remembering what it last saved or why it failed.
+    """The run's ``checkpoint_fn``: the store, remembering what it saved or why it failed.
 
-    Without a store (no ``--checkpoint``) it only remembers the last checkpoint, whose
-    pending questions say when they were asked.
+    ``last`` is the latest checkpoint of the run this command knows of: the one it
+    loaded, then each one it saved (whose pending questions say when they were
+    asked); ``saved`` is only what this command saved itself, so that it never
+    reports a checkpoint it did not write. Without a store (no ``--checkpoint``)
+    it only remembers them.
+
+    A store that grants claims lends its ``claim`` (and only such a store: the run
+    claims a ``checkpoint_fn`` that has one), so that two commands never both run
+    one run; ``claim_error`` is what taking the claim raised, if it failed.
     """
+
+    claim: Callable[[str], object]
 
     def __init__(
         self, store: Callable[[WorkflowCheckpoint], object] | None, last: WorkflowCheckpoint | None
     ) -> None:
         self.store = store
         self.last = last
+        self.saved: WorkflowCheckpoint | None = None
         self.error: Exception | None = None
+        self.claim_error: Exception | None = None
+        claim = getattr(store, "claim", None)
+        if callable(claim):
+            self._store_claim: Callable[[str], object] = claim
+            self.claim = self._claim
 
     def __call__(self, checkpoint: WorkflowCheckpoint) -> None:
         if self.store is not None:
@@ -52,7 +71,28 @@ class _Saver:
             except Exception as exc:
                 self.error = exc
                 raise
-        self.last = checkpoint
+        self.last = self.saved = checkpoint
+
+    def _claim(self, run_id: str) -> object:
+        """The store's claim of ``run_id``, remembering why taking it failed, if it did."""
+        try:
+            manager = self._store_claim(run_id)
+        except Exception as exc:
+            self.claim_error = exc
+            raise
+        if hasattr(manager, "__aenter__") or not hasattr(manager, "__enter__"):
+            return manager  # none of the command's stores: the runner takes it as it is
+        return self._entering(cast("AbstractContextManager[object]", manager))
+
+    @contextlib.contextmanager
+    def _entering(self, manager: AbstractContextManager[object]) -> Iterator[object]:
+        with contextlib.ExitStack() as stack:
+            try:
+                stored = stack.enter_context(manager)
+            except Exception as exc:
+                self.claim_error = exc
+                raise
+            yield stored
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -131,16 +171,55 @@ def _run(
         say(f"terminated; {_saved(label, saver, total)}")
         return EXIT_TERMINATED
     except Exception as exc:
-        source = answers.refused(exc)
-        if source is not None:  # raised before anything ran, as RunArgumentError is
-            msg = f"{source}: the step's check refused the answer: {error_text(exc)}"
-            raise CliError(msg) from None
-        if exc is not saver.error:
+        code = _stopped(exc, answers, label=label, resume=resume, saver=saver, total=total)
+        if code is None:
             raise
-        say(f"could not save the checkpoint to {label}: {error_text(exc)}")
-        say(_saved(label, saver, total))
-        return EXIT_FAILED
+        return code
     return _ended(result, label, saver, total)
+
+
+def _stopped(
+    error: Exception,
+    answers: GivenAnswers,
+    *,
+    label: str | None,
+    resume: WorkflowCheckpoint | None,
+    saver: _Saver,
+    total: int,
+) -> int | None:
+    """Report ``error`` that stopped the run and return the exit code; None if not ours.
+
+    Ours: an answer a check refused or a claim that could not be taken (bad
+    input), a run another process owns or saved since this command loaded it
+    (nothing ran, exit 4), and the store failing to save (exit 1).
+    """
+    from executionkit._errors import RunClaimedError, StaleCheckpointError  # noqa: PLC0415
+
+    source = answers.refused(error)
+    if source is not None:  # raised before anything ran, as RunArgumentError is
+        msg = f"{source}: the step's check refused the answer: {error_text(error)}"
+        raise CliError(msg) from None
+    if isinstance(error, RunClaimedError):  # raised before any step started
+        say(_owned(error, label))
+        return EXIT_CLAIMED
+    if error is saver.claim_error:  # a lock file that is not one, a folder not writable
+        msg = f"{label}: could not claim the run: {error_text(error)}"
+        raise CliError(msg) from None
+    if isinstance(error, StaleCheckpointError) and error.before_start:
+        say(_moved_on(error, label, resume))
+        return EXIT_CLAIMED
+    if error is not saver.error:
+        return None
+    if isinstance(error, StaleCheckpointError):
+        say(
+            f"could not save checkpoint seq {error.seq} to {label}: another process saved "
+            f"seq {error.stored_seq} of this run meanwhile; run the same command again to "
+            f"resume from it"
+        )
+    else:
+        say(f"could not save the checkpoint to {label}: {error_text(error)}")
+        say(_saved(label, saver, total))
+    return EXIT_FAILED
 
 
 def _ended(result: WorkflowResult, label: str | None, saver: _Saver, total: int) -> int:
@@ -230,18 +309,50 @@ def in_cli_terms(message: str, workflow: Workflow) -> str:
     return message
 
 
+def _owned(error: RunClaimedError, label: str | None) -> str:
+    """One line for a run another process owns: who, since when, and what to do."""
+    owner = "another process" if error.owner is None else error.owner.describe()
+    return (
+        f"run {error.run_id!r} in {label} is owned by {owner}; nothing ran. Run again once "
+        f"it has ended to resume."
+    )
+
+
+def _moved_on(
+    error: StaleCheckpointError, label: str | None, resume: WorkflowCheckpoint | None
+) -> str:
+    """One line for a run the store holds a later checkpoint of than the one loaded."""
+    stored = error.stored_seq
+    loaded = "found none" if resume is None else f"loaded seq {resume.seq}"
+    return (
+        f"the checkpoint of run {error.run_id!r} in {label} moved on since this command "
+        f"loaded it (it {loaded}; another process has saved seq {stored} since); nothing "
+        f"ran. Run the same command again to resume from seq {stored}."
+    )
+
+
 def _saved(label: str | None, saver: _Saver, total: int, *, answer: bool = False) -> str:
+    """What this command saved to ``label``, if anything, and how to go on from there."""
     if label is None:
         return "nothing was saved; pass --checkpoint FILE to keep the steps that completed"
-    last = saver.last
-    if last is None:
+    again = "and --answer NAME=VALUE to answer" if answer else "to resume"
+    if saver.saved is not None:
+        return (
+            f"checkpoint saved to {label} ({_holding(saver.saved, total)}); run again with "
+            f"the same --checkpoint {again}"
+        )
+    if saver.last is None:
         return f"nothing was saved to {label}"
+    return (
+        f"nothing new was saved to {label} (it holds {_holding(saver.last, total)}); run "
+        f"again with the same --checkpoint {again}"
+    )
+
+
+def _holding(checkpoint: WorkflowCheckpoint, total: int) -> str:
+    """``seq 4, 1 of 3 steps, 2 items of summaries recorded``."""
     items = "".join(
         f", {entry.recorded:,} item{'' if entry.recorded == 1 else 's'} of {show(name)}"
-        for name, entry in unfinished_maps(last, None).items()
+        for name, entry in unfinished_maps(checkpoint, None).items()
     )
-    again = "and --answer NAME=VALUE to answer" if answer else "to resume"
-    return (
-        f"checkpoint saved to {label} (seq {last.seq}, {last.step_index} of {total} steps"
-        f"{items} recorded); run again with the same --checkpoint {again}"
-    )
+    return f"seq {checkpoint.seq}, {checkpoint.step_index} of {total} steps{items} recorded"
