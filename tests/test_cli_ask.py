@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 from cli_runner import Outcome, run_subprocess
-from pg_fixture import pg_server, pg_uri
 
 import executionkit._questions as questions
 from executionkit import TokenUsage, WorkflowCheckpoint
@@ -34,7 +33,6 @@ from executionkit._cli._questions import question_lines
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-__all__ = ["pg_server", "pg_uri"]  # fixtures, used by name
 
 TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00")
 
