@@ -14,13 +14,26 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from executionkit._aio import wait_through
-from executionkit.events import QuestionAnswered, RunStarted, StepInvalidated, StepRestored
+from executionkit.events import (
+    ItemFailed,
+    ItemFinished,
+    QuestionAnswered,
+    QuestionAsked,
+    RunStarted,
+    StepFailed,
+    StepFinished,
+    StepInvalidated,
+    StepRestored,
+    StepSkipped,
+    StepStarted,
+)
 
 if TYPE_CHECKING:
     import contextvars
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from executionkit._record import Record
+    from executionkit._types import TokenUsage
     from executionkit.events import Event
 
 LOG = logging.getLogger("executionkit")
@@ -36,13 +49,24 @@ class Announcer:
         "_failures",
         "_pending",
         "_server",
+        "names",
         "observed",
+        "run_id",
     )
 
     def __init__(
-        self, callback: Callable[[Any], object] | None, caller_context: contextvars.Context
+        self,
+        callback: Callable[[Any], object] | None,
+        caller_context: contextvars.Context,
+        run_id: str,
+        names: tuple[str, ...],
     ) -> None:
-        """Serve ``callback`` (may be None); its async work runs in ``caller_context``."""
+        """Serve ``callback`` (may be None) for run ``run_id`` of steps ``names``.
+
+        Its async work runs in ``caller_context``.
+        """
+        self.run_id = run_id
+        self.names = names
         self._callback = callback
         self._caller_context = caller_context
         self.observed = callback is not None or LOG.isEnabledFor(logging.DEBUG)
@@ -68,9 +92,47 @@ class Announcer:
         for name in record.answered:
             emit(QuestionAnswered(run_id, name))
 
-    def began(self, position: int) -> None:
-        """Note when the step at ``position`` started its first attempt."""
+    def began(self, position: int, *, asks: bool = False) -> None:
+        """Note when the step at ``position`` started its first attempt, and say so.
+
+        An ask step says `QuestionAsked` instead, once it has asked.
+        """
         self._began[position] = time.perf_counter()
+        if not asks:
+            self.emit(StepStarted(self.run_id, self.names[position], 1))
+
+    # --- endings (the run calls these only when observed) ----------------------------------
+
+    def finished(self, position: int, cost: TokenUsage) -> None:
+        """The step at ``position`` completed, its output recorded."""
+        name = self.names[position]
+        self.emit(StepFinished(self.run_id, name, self.duration(position), cost))
+
+    def failed(self, position: int, error: Exception) -> None:
+        """The step at ``position`` failed with ``error``."""
+        name = self.names[position]
+        self.emit(StepFailed(self.run_id, name, self.duration(position), error))
+
+    def asked(self, position: int, entry: Mapping[str, Any]) -> None:
+        """The ask step at ``position`` asked its question (``entry``: its pending record)."""
+        name = self.names[position]
+        self.emit(QuestionAsked(self.run_id, name, entry["question"], entry["expires_at"]))
+
+    def skipped(self, position: int, reason: str) -> None:
+        """A condition skipped the step at ``position``."""
+        self.emit(StepSkipped(self.run_id, self.names[position], reason))
+
+    def item_finished(
+        self, position: int, key: str, began: float, cost: TokenUsage, done: int
+    ) -> None:
+        """An item of the map at ``position`` completed; ``done`` items are recorded."""
+        duration = time.perf_counter() - began
+        self.emit(ItemFinished(self.run_id, self.names[position], key, duration, cost, done))
+
+    def item_failed(self, position: int, key: str, began: float, error: Exception) -> None:
+        """An item of the map at ``position`` failed (after its retries)."""
+        duration = time.perf_counter() - began
+        self.emit(ItemFailed(self.run_id, self.names[position], key, duration, error))
 
     def duration(self, position: int) -> float:
         """Seconds since the step at ``position`` began (0.0 if it never did)."""

@@ -14,24 +14,27 @@ import inspect
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from types import CoroutineType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from executionkit._aio import wait_through
-from executionkit._children import ChildLanding, run_child
 from executionkit._context import ContextView
-from executionkit._map import ItemLanding, MapDone, Unfinished, drive
+from executionkit._map import drive
+from executionkit._outcome import UNFINISHED, VALUE, Unfinished, caught
 from executionkit._step import retry_wait
 from executionkit._step_context import CURRENT_STEP, StepContext
 from executionkit._step_kinds import MapStep
 from executionkit.events import ItemStarted, StepRetried, StepStarted
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine, Generator
+    from collections.abc import Callable, Coroutine, Generator, Mapping
     from concurrent.futures import Executor
 
     from executionkit._announcer import Announcer
     from executionkit._checkpointer import Checkpointer
+    from executionkit._children import ChildRuns
     from executionkit._graph import Graph
+    from executionkit._map import MapRun
+    from executionkit._outcome import Ending, Landing
     from executionkit._step import Step
 
 
@@ -109,46 +112,21 @@ class InContext:
                 error = exc
 
 
-class KindLanding(ItemLanding, ChildLanding, Protocol):
-    """Where map items, child checkpoints and questions go (`executionkit._kinds.Kinds`)."""
-
-    def asking(self, position: int) -> bool:
-        """Whether the ask step at ``position`` must ask (it has no pending question)."""
-        ...
-
-    def landed_question(self, position: int, question: object) -> None: ...
-
-
-class Landing(Protocol):
-    """What a run is told about each step: how it ended, and that it is over."""
-
-    cancelling: bool
-    """Whether the run is cancelling its steps (a CancelledError is then its own)."""
-
-    def landed_result(self, position: int, result: Any) -> None: ...
-
-    def landed_error(self, position: int, error: Exception) -> None: ...
-
-    def landed_interrupt(self, error: BaseException) -> None: ...
-
-    def landed_unfinished(self, position: int) -> None: ...
-
-    def finished(self, position: int) -> None: ...
-
-
 class Attempts:
     """Runs the steps of one run and tells the run how each ended."""
 
     __slots__ = (
         "_announcer",
         "_caller_context",
+        "_children",
         "_context",
         "_executor",
         "_graph",
         "_host",
-        "_kinds",
         "_landing",
+        "_maps",
         "_outputs",
+        "_pending",
         "_run_id",
         "_special",
     )
@@ -165,9 +143,15 @@ class Attempts:
         announcer: Announcer,
         caller_context: contextvars.Context,
         landing: Landing,
-        kinds: KindLanding,
+        maps: MapRun,
+        children: ChildRuns,
+        pending: Mapping[str, object],
     ) -> None:
-        """Run steps of ``graph`` reading ``context`` and the recorded ``outputs``."""
+        """Run steps of ``graph`` reading ``context`` and the recorded ``outputs``.
+
+        ``pending`` holds the questions asked and not answered yet (an ask step
+        with one there does not ask again).
+        """
         self._graph = graph
         self._context = context
         self._outputs = outputs
@@ -177,11 +161,13 @@ class Attempts:
         self._announcer = announcer
         self._caller_context = caller_context
         self._landing = landing
-        self._kinds = kinds
+        self._maps = maps
+        self._children = children
+        self._pending = pending
         # Steps that are not called as they are: maps (per item) and asks (a question).
         self._special = graph.maps | graph.asks | graph.workflows
 
-    async def task(self, position: int, returned: Any = None) -> None:  # noqa: C901, PLR0912
+    async def task(self, position: int, returned: Any = None) -> None:
         """The body of a step's task (or of a lone step): run it, then land how it ended.
 
         ``returned``, when given, is the awaitable a plain step returned when it
@@ -191,18 +177,13 @@ class Attempts:
         step = self._graph.steps[position]
         run: Any = step.run  # a function here, but for sub-workflows (in _special)
         view = ContextView(self._graph, position, self._context, self._outputs)
+        ending: Ending = VALUE
         result: Any
         try:
             if position in self._special:
-                graph = self._graph
-                if position in graph.asks:
-                    if self._kinds.asking(position):
-                        self._kinds.landed_question(position, run(view))
-                    return
-                if position in graph.maps:
-                    result = await self._map(position, step, view)
-                else:
-                    result = await run_child(self._kinds, position, run, view)
+                result = await self._special_kind(position, step, view)
+                if type(result) is Unfinished:
+                    ending = UNFINISHED
             elif returned is not None:
                 result = await returned
             elif step.retries or step.timeout is not None:
@@ -220,26 +201,28 @@ class Attempts:
                         result = await result
                 finally:
                     CURRENT_STEP.reset(token)
-        except asyncio.CancelledError:
-            this = asyncio.current_task()
-            if not landing.cancelling and (this is None or not this.cancelling()):
-                # The step raised CancelledError itself: an interrupt, not a failure.
-                name = step.name
-                landing.landed_interrupt(asyncio.CancelledError(f"step {name!r} was cancelled"))
-            raise
-        except Exception as exc:  # noqa: BLE001 - a step's failure is data here
-            if isinstance(exc, Unfinished):
-                landing.landed_unfinished(position)
-            else:
-                landing.landed_error(position, exc)
-        except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt, SystemExit, ...
-            # Raised inside a task they would tear through the event loop before the
-            # completed outputs could be checkpointed; carried out as an interrupt instead.
-            landing.landed_interrupt(exc)
-        else:
-            landing.landed_result(position, result)
+        except BaseException as exc:  # noqa: BLE001 - sorted by caught(), the one ladder
+            try:
+                ending, result = caught(exc, f"step {step.name!r}", cancelling=landing.cancelling)
+            except BaseException:
+                landing.finished(position)
+                raise
+        try:
+            landing.ended(position, ending, result)
         finally:
             landing.finished(position)
+
+    async def _special_kind(self, position: int, step: Step, view: ContextView) -> Any:
+        """An ask step's question, a map's `MapDone`, a child's outputs, or `Unfinished`."""
+        graph = self._graph
+        run: Any = step.run
+        if position in graph.asks:
+            if step.name in self._pending:
+                return Unfinished(f"step {step.name!r} waits for an answer")
+            return run(view)
+        if position in graph.maps:
+            return await self._map(position, step, view)
+        return await self._children.run(step.name, run, view)
 
     def inline(self, position: int) -> asyncio.Task[None] | None:
         """Run a plain-function step right here, and land how it ended.
@@ -253,17 +236,15 @@ class Attempts:
         step = self._graph.steps[position]
         view = ContextView(self._graph, position, self._context, self._outputs)
         current = StepContext(self._host, step.name, self._run_id, 1, 1)
+        ending: Ending = VALUE
         try:
             result = self._caller_context.copy().run(_call_as, current, step.run, view)
-        except Exception as exc:  # noqa: BLE001 - a step's failure is data here
-            landing.landed_error(position, exc)
-            return None
-        except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt, SystemExit, ...
-            landing.landed_interrupt(exc)
-            return None
-        if inspect.isawaitable(result):
-            return asyncio.get_running_loop().create_task(self.task(position, result))
-        landing.landed_result(position, result)
+        except BaseException as exc:  # noqa: BLE001 - sorted by caught(), the one ladder
+            ending, result = caught(exc, f"step {step.name!r}")
+        else:
+            if inspect.isawaitable(result):
+                return asyncio.get_running_loop().create_task(self.task(position, result))
+        landing.ended(position, ending, result)
         return None
 
     def _call(self, position: int, step: Step, view: ContextView) -> Any:
@@ -287,11 +268,12 @@ class Attempts:
             work = loop.run_in_executor(executor, partial(run, *leading, dict(view)))
         return _finish_elsewhere(work)
 
-    async def _map(self, position: int, step: Step, view: ContextView) -> MapDone:
+    async def _map(self, position: int, step: Step, view: ContextView) -> Any:
         """Run the items of the map step at ``position`` (see `executionkit._map.drive`)."""
         assert isinstance(step, MapStep)  # noqa: S101 - Graph.maps holds only those
         item = partial(self._item, position, step, view)
-        return await drive(position, step, view, item, self._kinds)
+        children = position in self._graph.workflows
+        return await drive(position, step, view, item, self._maps, takes_slots=not children)
 
     def _call_item(self, position: int, step: Step, view: ContextView, item: Any) -> Any:
         """Call a map's function on one item; a plain one goes to the run's executor."""
@@ -306,7 +288,7 @@ class Attempts:
         """Run one item of a map: its attempts, each with its `StepContext`."""
         if position in self._graph.workflows:
             context = {**view, "item": item, "item_key": key}
-            return await run_child(self._kinds, position, step.run, context, key)  # type: ignore[arg-type]
+            return await self._children.run(step.name, step.run, context, key)  # type: ignore[arg-type]
         return await self._attempts(
             step, partial(self._call_item, position, step, view, item), StepContext, (key,)
         )

@@ -12,11 +12,12 @@ usage is counted once, in the parent's total, as the child spends it.
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from executionkit._checkpoint import WorkflowCheckpoint
 from executionkit._errors import BudgetExceeded
-from executionkit._map import Unfinished
+from executionkit._outcome import Unfinished
+from executionkit._policies import SHARED_SLOTS
 from executionkit._questions import join_path
 from executionkit._types import TokenUsage
 
@@ -24,27 +25,11 @@ if TYPE_CHECKING:
     import asyncio
     from collections.abc import Mapping
 
+    from executionkit._checkpointer import Checkpointer
+    from executionkit._options import RunOptions
+    from executionkit._policies import Slots
+    from executionkit._record import Record
     from executionkit._workflow import Workflow
-
-
-class ChildLanding(Protocol):
-    """What the parent run does with its children's checkpoints and costs."""
-
-    def child_start(
-        self, position: int, key: str | None
-    ) -> tuple[WorkflowCheckpoint | None, dict[str, Any]]:
-        """The child's checkpoint to resume from, and the run options it inherits."""
-        ...
-
-    def child_saved(
-        self, position: int, key: str | None, checkpoint: WorkflowCheckpoint
-    ) -> asyncio.Future[None]:
-        """Keep the child's checkpoint, count its new spending; resolves once saved."""
-        ...
-
-    def child_finished(self, position: int, key: str | None, cost: TokenUsage) -> None:
-        """The child completed with total ``cost``."""
-        ...
 
 
 def child_run_id(parent: str, step: str, key: str | None) -> str:
@@ -56,38 +41,98 @@ def child_run_id(parent: str, step: str, key: str | None) -> str:
     return f"{parent}/{join_path(step) if key is None else join_path(step, key)}"
 
 
-async def run_child(
-    landing: ChildLanding,
-    position: int,
-    workflow: Workflow,
-    context: Mapping[str, Any],
-    key: str | None = None,
-) -> dict[str, Any]:
-    """Run (or resume) the child of the step at ``position``; return its outputs as a dict."""
-    resume, options = landing.child_start(position, key)
-    if resume is not None and resume.run_id is not None:
-        # A resumed child keeps its run_id, even one derived before names were escaped in it.
-        options["run_id"] = resume.run_id
+class ChildRuns:
+    """The parent's side of its sub-workflows: what each starts from, where its checkpoints go."""
 
-    def saved(checkpoint: WorkflowCheckpoint) -> asyncio.Future[None]:
-        # Awaited by the child: it goes on once its progress is in the parent's store.
-        return landing.child_saved(position, key, checkpoint)
+    __slots__ = ("_checkpointer", "_options", "_record", "_slots")
 
-    try:
-        result = await workflow.run(
-            dict(context), checkpoint_fn=saved, resume_from=resume, **options
-        )
-    except BudgetExceeded as exc:
-        # The parent's budget, passed down: the parent stops too, and says so.
-        raise Unfinished(str(exc)) from exc
-    if result.pending:
-        # Suspended: its checkpoint (with its questions) is in the parent's record; the
-        # parent's result lists them by path ("step/question"), and a resume answers them.
-        names = ", ".join(map(repr, result.pending))
-        msg = f"the sub-workflow waits for answers to {names}"
-        raise Unfinished(msg)
-    landing.child_finished(position, key, result.cost)
-    return dict(result.outputs)
+    def __init__(
+        self, record: Record, options: RunOptions, checkpointer: Checkpointer, slots: Slots
+    ) -> None:
+        """Serve the children of the run of ``record``, sharing its concurrency ``slots``."""
+        self._record = record
+        self._options = options
+        self._checkpointer = checkpointer
+        self._slots = slots
+
+    def start(
+        self, name: str, key: str | None
+    ) -> tuple[WorkflowCheckpoint | None, dict[str, Any]]:
+        """The child's checkpoint to resume from, and the options it runs with."""
+        record = self._record
+        options = self._options
+        budget = options.budget
+        if budget is not None:
+            # What the rest of the run has not spent of each limit (0 stays "no limit").
+            elsewhere = record.cost - record.children.spent(name, key)
+            budget = TokenUsage(
+                *(
+                    0 if limit == 0 else max(1, limit - used)
+                    for limit, used in (
+                        (budget.input_tokens, elsewhere.input_tokens),
+                        (budget.output_tokens, elsewhere.output_tokens),
+                        (budget.llm_calls, elsewhere.llm_calls),
+                    )
+                )
+            )
+        resume = record.children.checkpoint(name, key)
+        inherited = {
+            # A resumed child keeps its run_id, even one derived before names were escaped.
+            "run_id": child_run_id(record.run_id, name, key)
+            if resume is None or resume.run_id is None
+            else resume.run_id,
+            "on_error": options.on_error,
+            "budget": budget,
+            "validate_json": options.validate_json,
+            "schedule": options.schedule,
+            "max_concurrency": options.max_concurrency,
+            "on_event": options.on_event,
+            "executor": options.executor,
+            "checkpoint_every": "step",
+            "answers": record.children.take_answers(name, key),
+        }
+        return resume, inherited
+
+    def saved(
+        self, name: str, key: str | None, checkpoint: WorkflowCheckpoint
+    ) -> asyncio.Future[None]:
+        """A checkpoint of a child: into the record; resolves once the parent is checkpointed."""
+        import asyncio  # noqa: PLC0415 - loaded already: this runs inside a run
+
+        self._record.child_saved(name, key, checkpoint)
+        return self._checkpointer.save_soon(asyncio.get_running_loop())
+
+    async def run(
+        self, name: str, workflow: Workflow, context: Mapping[str, Any], key: str | None = None
+    ) -> dict[str, Any] | Unfinished:
+        """Run (or resume) the child of step ``name`` (item ``key``); return its outputs.
+
+        Returns `Unfinished` when the child stopped with work left: the parent's
+        budget (passed down) was reached, or it waits for answers (its checkpoint,
+        with its questions, is in the parent's record; the parent's result lists
+        them by path, ``step/question``, and a resume answers them).
+        """
+        resume, options = self.start(name, key)
+
+        def saved(checkpoint: WorkflowCheckpoint) -> asyncio.Future[None]:
+            # Awaited by the child: it goes on once its progress is in the parent's store.
+            return self.saved(name, key, checkpoint)
+
+        # The child's steps take the parent's concurrency slots: one pool for the run.
+        token = SHARED_SLOTS.set(self._slots)
+        try:
+            result = await workflow.run(
+                dict(context), checkpoint_fn=saved, resume_from=resume, **options
+            )
+        except BudgetExceeded as exc:
+            return Unfinished(str(exc))  # the parent stops too, and says so
+        finally:
+            SHARED_SLOTS.reset(token)
+        if result.pending:
+            names = ", ".join(map(repr, result.pending))
+            return Unfinished(f"the sub-workflow waits for answers to {names}")
+        self._record.child_finished(name, key, result.cost)
+        return dict(result.outputs)
 
 
 _ZERO = TokenUsage()

@@ -2,11 +2,12 @@
 
 `drive` is the body of a map step's attempt. It reads the items from ``ctx``,
 names each with its key (checked before any item runs), skips the items the
-record already holds, and runs the others concurrently within the map's limit.
-Each item that completes is handed to the run (`ItemLanding.landed_item`),
-which records it and has it checkpointed; the map step's own output, the list
-or dict of every item's output, is assembled by the record once every item is
-in it. Failures among items follow the run's ``on_error``.
+record already holds, and runs the others concurrently within the run's
+concurrency slots and the map's own limit. Each item that ends is handed to the
+run (`Landing.ended`, with its key), which records it and has it checkpointed;
+the map step's own output, the list or dict of every item's output, is
+assembled by the record once every item is in it. Failures among items follow
+the run's ``on_error`` (`Policies`).
 """
 
 from __future__ import annotations
@@ -15,15 +16,21 @@ import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from executionkit._aio import wait_through
 from executionkit._errors import ContextKeyError
+from executionkit._outcome import FAILED, UNFINISHED, VALUE, Unfinished, caught
 from executionkit._snapshot import OutputLog
+from executionkit.events import ItemStarted, MapStarted, StepInvalidated
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Collection
+    from collections.abc import Awaitable, Callable
 
+    from executionkit._announcer import Announcer
+    from executionkit._outcome import Ending, Landing
+    from executionkit._policies import Policies
+    from executionkit._record import Record
     from executionkit._step_kinds import MapStep
     from executionkit._types import TokenUsage
 
@@ -36,35 +43,25 @@ class MapDone:
     mapping: bool
 
 
-class Unfinished(Exception):  # noqa: N818 - not an error: the map stopped starting items
-    """A map stopped before running every item (the budget, or the run is stopping)."""
+class MapRun:
+    """What a map uses of its run: where items end, the rules, the record, the events."""
 
+    __slots__ = ("announcer", "landing", "policies", "record", "run_id")
 
-class ItemLanding(Protocol):
-    """What the run does with each item, and whether it lets more start."""
-
-    on_error: str
-    item_limit: int | None
-
-    def recorded_items(self, position: int) -> Collection[str]: ...
-
-    def landed_item(self, position: int, key: str, result: Any, began: float) -> Exception | None:
-        """Record an item's result; return the error if it cannot be recorded."""
-        ...
-
-    def item_failed(self, position: int, key: str, error: Exception, began: float) -> None: ...
-
-    def landed_interrupt(self, error: BaseException) -> None: ...
-
-    def may_start_item(self) -> bool: ...
-
-    def item_started(self, position: int, key: str) -> None: ...
-
-    def map_started(self, position: int, items: int, recorded: int) -> None: ...
-
-    def items_dropped(self, position: int, keys: list[str]) -> None:
-        """Recorded items whose keys the map's items no longer have."""
-        ...
+    def __init__(
+        self,
+        landing: Landing,
+        policies: Policies,
+        record: Record,
+        announcer: Announcer,
+        run_id: str,
+    ) -> None:
+        """Gather the parts of one run a map needs."""
+        self.landing = landing
+        self.policies = policies
+        self.record = record
+        self.announcer = announcer
+        self.run_id = run_id
 
 
 def _items(step: MapStep, ctx: Mapping[str, Any]) -> tuple[list[tuple[str, Any]], bool]:
@@ -112,77 +109,113 @@ async def drive(
     step: MapStep,
     ctx: Mapping[str, Any],
     run_item: Callable[[str, Any], Awaitable[Any]],
-    landing: ItemLanding,
-) -> MapDone:
+    run: MapRun,
+    *,
+    takes_slots: bool,
+) -> MapDone | Unfinished:
     """Run every item not yet recorded; return the keys once all are.
 
     Raises an `ExceptionGroup` of the items' errors when any failed (each
-    noted with its key), or `Unfinished` when items were left unstarted.
+    noted with its key); returns `Unfinished` when items were left unstarted.
+    ``takes_slots``: each item takes one of the run's concurrency slots (not
+    when the items are sub-workflows, whose own steps take them).
     """
     pairs, mapping = _items(step, ctx)
-    recorded = landing.recorded_items(position)
+    recorded = run.record.recorded_items(step.name)
     todo = [(key, item) for key, item in reversed(pairs) if key not in recorded]
-    landing.map_started(position, len(pairs), len(pairs) - len(todo))
-    if len(recorded) > len(pairs) - len(todo):
-        keys = {key for key, _ in pairs}
-        landing.items_dropped(position, [key for key in recorded if key not in keys])
-    limit = landing.item_limit
-    if step.max_concurrency is not None:
-        limit = step.max_concurrency if limit is None else min(limit, step.max_concurrency)
-    driver = _Driver(position, step.name, run_item, landing)
-    await driver.run(todo, limit)
+    _announce_start(run, step.name, pairs, recorded, len(pairs) - len(todo))
+    driver = _Driver(position, step.name, run_item, run, takes_slots=takes_slots)
+    await driver.run(todo, step.max_concurrency)
     if driver.failures:
         raise driver.failed(len(pairs))
-    recorded = landing.recorded_items(position)
+    recorded = run.record.recorded_items(step.name)
     left = sum(1 for key, _ in pairs if key not in recorded)
     if left:
-        msg = f"map step {step.name!r}: {left} of {len(pairs)} items did not complete"
-        raise Unfinished(msg)
+        return Unfinished(f"map step {step.name!r}: {left} of {len(pairs)} items did not complete")
     return MapDone(tuple(key for key, _ in pairs), mapping)
 
 
+def _announce_start(
+    run: MapRun, name: str, pairs: list[tuple[str, Any]], recorded: Any, restored: int
+) -> None:
+    """Say the map found its items; report recorded items no longer among them.
+
+    Those were paid for, so their token usage stays counted.
+    """
+    announcer = run.announcer
+    if announcer.observed:
+        announcer.emit(MapStarted(run.run_id, name, len(pairs), restored))
+    if len(recorded) > restored:
+        keys = {key for key, _ in pairs}
+        dropped = [key for key in recorded if key not in keys]
+        shown = ", ".join(map(repr, dropped[:5])) + (", ..." if len(dropped) > 5 else "")  # noqa: PLR2004
+        reason = f"recorded items dropped: {shown} no longer among the items"
+        run.record.note_invalidated(name, reason)
+        if announcer.observed:
+            announcer.emit(StepInvalidated(run.run_id, name, reason))
+
+
 class _Driver:
-    """Starts a map's items within its limit and follows the run's failure policy."""
+    """Starts a map's items within the run's slots and its own limit, by the run's rules."""
 
     def __init__(
         self,
         position: int,
         name: str,
         run_item: Callable[[str, Any], Awaitable[Any]],
-        landing: ItemLanding,
+        run: MapRun,
+        *,
+        takes_slots: bool,
     ) -> None:
         self.position = position
         self.name = name
         self.run_item = run_item
-        self.landing = landing
+        self.run_ = run
+        slots = run.policies.slots
+        # Items count against the run's slots only under a limit (nothing reads them else).
+        self.slots = slots if takes_slots and slots.limit is not None else None
         self.failures: dict[str, Exception] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.wake: asyncio.Future[None] | None = None
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)
+        if self.slots is not None:
+            self.slots.release()  # wakes this driver too, through _wake_up
+        self._wake_up()
+
+    def _wake_up(self) -> None:
         wake = self.wake
         if wake is not None and not wake.done():
             wake.set_result(None)
 
-    def _may_start(self) -> bool:
-        if self.failures and self.landing.on_error != "continue":
+    def _slot(self) -> bool:
+        """Take a concurrency slot for the next item if one is free (or none is needed)."""
+        slots = self.slots
+        if slots is None:
+            return True
+        free = slots.free()
+        if free is not None and free <= 0:
             return False
-        return self.landing.may_start_item()
+        slots.take()
+        return True
 
     async def run(self, todo: list[tuple[str, Any]], limit: int | None) -> None:
-        """Start items popped from ``todo`` while allowed; return once none runs."""
+        """Start items popped from ``todo`` while allowed; return once none runs or can start.
+
+        With no free slot and no item of its own running, the map waits for a
+        slot that another step or map of the run holds (leaf work that always
+        ends, so the wait does too).
+        """
         loop = asyncio.get_running_loop()
         tasks = self.tasks
+        slots = self.slots
+        if slots is not None:
+            slots.listen(self._wake_up)
         try:
             while True:
-                while todo and (limit is None or len(tasks) < limit) and self._may_start():
-                    key, item = todo.pop()
-                    self.landing.item_started(self.position, key)
-                    task = loop.create_task(self._one(key, item))
-                    tasks.add(task)
-                    task.add_done_callback(self._done)
-                if not tasks:
+                waiting = self._start_items(todo, limit)
+                if not tasks and not waiting:
                     return
                 self.wake = loop.create_future()
                 await self.wake
@@ -193,33 +226,45 @@ class _Driver:
                 self.wake = loop.create_future()
                 await wait_through(self.wake)
             raise
+        finally:
+            if slots is not None:
+                slots.forget(self._wake_up)
+
+    def _start_items(self, todo: list[tuple[str, Any]], limit: int | None) -> bool:
+        """Start items while allowed; return whether one waits for a concurrency slot."""
+        loop = asyncio.get_running_loop()
+        tasks = self.tasks
+        policies = self.run_.policies
+        announcer = self.run_.announcer
+        slots = self.slots
+        while todo and (limit is None or len(tasks) < limit):
+            if not policies.may_start_item(bool(self.failures)):
+                return False
+            if slots is not None and not self._slot():
+                return True
+            key, item = todo.pop()
+            if announcer.observed:
+                announcer.emit(ItemStarted(self.run_.run_id, self.name, key, 1))
+            task = loop.create_task(self._one(key, item))
+            tasks.add(task)
+            task.add_done_callback(self._done)
+        return False
 
     async def _one(self, key: str, item: Any) -> None:
-        landing = self.landing
         began = time.perf_counter()
+        ending: Ending
         try:
-            result = await self.run_item(key, item)
-        except asyncio.CancelledError:
-            this = asyncio.current_task()
-            if this is not None and not this.cancelling():
-                # The item raised CancelledError itself: an interrupt, as for a step.
-                message = f"item {key!r} of step {self.name!r} was cancelled"
-                landing.landed_interrupt(asyncio.CancelledError(message))
-            raise
-        except Unfinished:
-            return  # a sub-workflow waiting for answers, or stopped by the budget
-        except Exception as exc:  # noqa: BLE001 - an item's failure is data here
-            self.failures[key] = exc
-            landing.item_failed(self.position, key, exc, began)
-            if landing.on_error == "cancel":
+            value = await self.run_item(key, item)
+        except BaseException as exc:  # noqa: BLE001 - sorted by caught(), the one ladder
+            ending, value = caught(exc, f"item {key!r} of step {self.name!r}")
+        else:
+            ending = UNFINISHED if type(value) is Unfinished else VALUE
+        unrecorded = self.run_.landing.ended(self.position, ending, value, key, began)
+        if ending == FAILED or unrecorded is not None:
+            self.failures[key] = unrecorded or value
+            if ending == FAILED and self.run_.policies.after_failure() == "cancel":
                 for other in self.tasks:
                     other.cancel()
-        except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt, SystemExit, ...
-            landing.landed_interrupt(exc)
-        else:
-            unrecorded = landing.landed_item(self.position, key, result, began)
-            if unrecorded is not None:
-                self.failures[key] = unrecorded
 
     def failed(self, total: int) -> ExceptionGroup[Exception]:
         """The error of the map step: every item's error, each noted with its key."""

@@ -29,7 +29,7 @@ from executionkit._snapshot import Extended, OutputLog
 from executionkit._types import PatternResult, TokenUsage
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Collection, Mapping
 
     from executionkit._graph import Graph
     from executionkit._options import RunOptions
@@ -211,6 +211,11 @@ class Record:
             self.progress.pop(self.graph.names[position], None)
         self.changes += 1
         return cost
+
+    def recorded_items(self, name: str) -> Collection[str]:
+        """The keys of the items of map step ``name`` recorded so far."""
+        entry = self.items.get(name)
+        return () if entry is None else entry.log.index
 
     def land_item(
         self, position: int, key: str, result: Any
