@@ -157,8 +157,11 @@ class Workflow:
                 are done, and a checkpoint follows each completion (completions
                 that land while ``checkpoint_fn`` runs are folded into the next
                 one). Resume, failures and ``ctx`` behave the same.
-            max_concurrency: At most this many steps run at once (for rate
-                limits), in either schedule; they start in declaration order.
+            max_concurrency: At most this many units of work at once in the
+                whole run (for rate limits), in either schedule: its steps, map
+                items and sub-workflows' steps share one pool; a map or
+                sub-workflow step takes no place itself. Steps start in
+                declaration order.
             on_event: Called with each `executionkit.events.Event` as the run
                 goes: run started or resumed, step started, finished, failed,
                 retried, skipped, restored or invalidated, checkpoint taken, run finished
