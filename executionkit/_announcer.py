@@ -19,7 +19,10 @@ from executionkit.events import (
     ItemFinished,
     QuestionAnswered,
     QuestionAsked,
+    RunFailed,
+    RunFinished,
     RunStarted,
+    RunSuspended,
     StepFailed,
     StepFinished,
     StepInvalidated,
@@ -89,8 +92,19 @@ class Announcer:
             emit(StepInvalidated(run_id, name, reason))
         for name in recorded:
             emit(StepRestored(run_id, name))
-        for name in record.answered:
+        for name in record.questions.answered:
             emit(QuestionAnswered(run_id, name))
+
+    def run_ended(self, record: Record, outcome: BaseException | None, duration: float) -> None:
+        """Announce how the run ended: suspended (questions wait), finished, or failed."""
+        run_id = self.run_id
+        waiting = record.waiting() if outcome is None else None
+        if waiting:
+            self.emit(RunSuspended(run_id, duration, record.cost, tuple(waiting)))
+        elif outcome is None:
+            self.emit(RunFinished(run_id, duration, record.cost, len(record.executed)))
+        else:
+            self.emit(RunFailed(run_id, duration, outcome, record.invalidated))
 
     def began(self, position: int, *, asks: bool = False) -> None:
         """Note when the step at ``position`` started its first attempt, and say so.

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 from executionkit._aio import wait_through
 from executionkit._errors import ContextKeyError
 from executionkit._outcome import FAILED, UNFINISHED, VALUE, Unfinished, caught
-from executionkit._snapshot import OutputLog
 from executionkit.events import ItemStarted, MapStarted, StepInvalidated
 
 if TYPE_CHECKING:
@@ -32,7 +31,6 @@ if TYPE_CHECKING:
     from executionkit._policies import Policies
     from executionkit._record import Record
     from executionkit._step_kinds import MapStep
-    from executionkit._types import TokenUsage
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,16 +277,3 @@ class _Driver:
             f"others that completed are recorded, and a resume runs only the rest"
         )
         return ExceptionGroup(msg, errors)
-
-
-class MapItems:
-    """The finished items of one map that has not finished, in recording order."""
-
-    __slots__ = ("cost", "live", "log", "since")
-
-    def __init__(self, stored: Mapping[str, Any], live: dict[str, Any], cost: TokenUsage) -> None:
-        """Start from the items restored from a checkpoint (or none)."""
-        self.log = OutputLog(stored)
-        self.live = live
-        self.cost = cost
-        self.since = len(self.log)

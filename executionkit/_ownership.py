@@ -27,7 +27,11 @@ from typing import TYPE_CHECKING, Any
 from executionkit._errors import StaleCheckpointError
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
     from contextlib import AsyncExitStack
+
+    from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._result import WorkflowResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,3 +128,25 @@ def check_latest(store: object, run_id: str, resumed: int | None, stored: int | 
         return
     if resumed is None or stored > resumed:
         raise StaleCheckpointError(repr(store), run_id, resumed or 0, stored, before_start=True)
+
+
+async def claimed(
+    execute: Callable[[], Awaitable[WorkflowResult]],
+    checkpoint_fn: object,
+    run_id: str,
+    resume_from: WorkflowCheckpoint | None,
+) -> WorkflowResult:
+    """Run ``execute()`` holding the store's claim on ``run_id``, the store not ahead of us.
+
+    The claim is taken, and the store's latest checkpoint of the run checked,
+    before anything starts (a refusal raises, nothing ran); it is given up once
+    the run has returned or raised.
+    """
+    import contextlib  # noqa: PLC0415 - only runs with a claiming store get here
+
+    async with contextlib.AsyncExitStack() as stack:
+        stored = await take_claim(stack, checkpoint_fn, run_id)
+        check_latest(
+            checkpoint_fn, run_id, None if resume_from is None else resume_from.seq, stored
+        )
+        return await execute()

@@ -18,14 +18,15 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from executionkit._checkpoint import SharedFields, WorkflowCheckpoint, trusted_checkpoint
-from executionkit._children import Children
 from executionkit._errors import BudgetExceeded, WorkflowFailed
-from executionkit._map import MapDone, MapItems
 from executionkit._plain import plain_copy
-from executionkit._questions import Answers, asked, join_path, nested_pending, route_answers
 from executionkit._result import WorkflowResult
 from executionkit._resume import Restored, restore
 from executionkit._snapshot import Extended, OutputLog
+from executionkit._state_children import Children
+from executionkit._state_items import Items
+from executionkit._state_questions import Questions
+from executionkit._state_skips import Skips
 from executionkit._types import PatternResult, TokenUsage
 
 if TYPE_CHECKING:
@@ -88,14 +89,6 @@ class Record:
         self.discarded = state.discarded
         self.run_id = state.run_id if state.run_id is not None else _new_run_id()
         self.restored = tuple(name for name in graph.names if name in self.outputs)
-        # Steps a condition skipped (restored, then recorded by merges), name -> reason;
-        # and skips decided since the last merge, position -> reason.
-        self.skipped: dict[str, str] = state.skipped
-        self.restored_skips = tuple(name for name in graph.names if name in self.skipped)
-        self.skips: dict[int, str] = {}
-        self._skip_fields: tuple[Mapping[str, str], Mapping[str, Mapping[str, Any]]] | None = None
-        # Questions asked and not answered yet: ask step -> its pending entry.
-        self.pending: dict[str, Mapping[str, Any]] = state.pending
         self.executed: list[str] = []
         # Failures of this run, by position; they stay in every later checkpoint's `errors`.
         self.failures: dict[int, Exception] = {}
@@ -111,52 +104,37 @@ class Record:
         )
         self._snapshot_length = len(self.log)
         self._reported: set[str] = set()
-        # The finished items of each map that has not finished, restored ones first.
-        self.items: dict[str, MapItems] = {
-            name: MapItems(stored, live, cost)
-            for name, (stored, live, cost) in state.items.items()
-        }
-        self._maps = graph.maps
-        # The latest checkpoint of each sub-workflow in progress: step -> checkpoint, or
-        # for a map of sub-workflows step -> {item key: checkpoint}; and what each spent.
-        # The sub-workflows in progress: their latest checkpoints and what they spent.
+        # The rooms of the kinds of step that record more than an output, each its own
+        # state: skips, the items of unfinished maps, questions, sub-workflows.
+        self.skips = Skips(graph.names, state.skipped)
+        self.restored_skips = tuple(name for name in graph.names if name in state.skipped)
+        self.items = Items(state.items)
+        self.questions = Questions(graph, state.pending)
         self.children = Children(state.children)
-        self.answered: tuple[str, ...] = ()
+        self._rooms = (self.items, self.questions, self.children)
+        self._maps = graph.maps
+        # Only graphs with such steps can have anything in those rooms.
+        self._maps_asks_children = bool(graph.maps or graph.asks or graph.workflows)
         if options.answers or state.pending:
             self._answer(options.answers)
 
-    # --- questions ------------------------------------------------------------------------
-
     def _answer(self, answers: Mapping[str, Any]) -> None:
-        """Apply the run's answers (checked first: nothing is changed if one is refused).
-
-        Answers to questions of sub-workflows (``step/question``) are kept for
-        the child, which gets them when it resumes (`child_answers`).
-        """
-        children = self.children
-        nested = nested_pending(self.graph, children.latest) if children else {}
-        answers, children.answers = route_answers(self.graph, self.pending, nested, answers)
-        checked = Answers(self.graph, self.pending, self.outputs, answers, nested)
+        """Apply the run's answers, each the output of its ask step (checked first)."""
+        checked = self.questions.answer(answers, self.outputs, self.children)
         index = self.graph.index
         for name in sorted(checked.stored, key=index.__getitem__):
             stored = checked.stored[name]
-            del self.pending[name]
             self.outputs[name] = stored
             self.log.append(name, stored)
             self.changes += 1
         for name, error in checked.expired.items():
             self.fail(index[name], error)
-        self.answered = tuple(n for n in self.graph.names if n in checked.stored)
 
     def ask(self, position: int, question: object) -> Mapping[str, Any]:
         """Record the question the ask step at ``position`` asks; return its pending entry."""
-        step: Any = self.graph.steps[position]
-        entry = asked(step, question)
-        self.pending[step.name] = entry
+        entry = self.questions.ask(position, question)
         self.changes += 1
         return entry
-
-    # --- sub-workflows ---------------------------------------------------------------------
 
     def child_saved(self, name: str, key: str | None, checkpoint: WorkflowCheckpoint) -> None:
         """Keep the child's latest checkpoint and count what it spent since the last one."""
@@ -173,13 +151,7 @@ class Record:
 
     def waiting(self) -> dict[str, Any]:
         """Every question waiting for an answer by path (`join_path`), nested ones after."""
-        names = self.graph.names
-        pending = self.pending
-        found = {join_path(name): pending[name]["question"] for name in names if name in pending}
-        if self.children:
-            nested = nested_pending(self.graph, self.children.latest)
-            found.update((name, entry["question"]) for name, entry in nested.items())
-        return found
+        return self.questions.waiting(self.children)
 
     # --- what lands -----------------------------------------------------------------------
 
@@ -191,7 +163,8 @@ class Record:
         its cost counts, since it was spent.
         """
         if position in self._maps:
-            self._land_map(position, result)
+            self.landed[position] = self.items.finish(self.graph.names[position], result)
+            self.changes += 1
             return _ZERO
         cost = _ZERO
         if isinstance(result, PatternResult):
@@ -214,8 +187,7 @@ class Record:
 
     def recorded_items(self, name: str) -> Collection[str]:
         """The keys of the items of map step ``name`` recorded so far."""
-        entry = self.items.get(name)
-        return () if entry is None else entry.log.index
+        return self.items.recorded(name)
 
     def land_item(
         self, position: int, key: str, result: Any
@@ -226,49 +198,21 @@ class Record:
         ``validate_json`` refused it) is not recorded, though its cost counts.
         """
         name = self.graph.names[position]
-        entry = self.items.get(name)
-        if entry is None:
-            entry = self.items[name] = MapItems({}, {}, _ZERO)
         cost = _ZERO
         if isinstance(result, PatternResult):
             cost = result.cost
             self.cost += cost
-            entry.cost += cost
+            self.items.spent(name, cost)
             result = result.value
         stored = result
+        self.changes += 1
         if self._validate_json or position in self._encoded:
             try:
                 stored = self._storable(position, result, key)
             except Exception as exc:  # noqa: BLE001 - an unrecordable output fails its item
-                self.changes += 1
                 return cost, exc
-        entry.log.append(key, stored)
-        entry.live[key] = result
-        self.changes += 1
+        self.items.add(name, key, stored, result)
         return cost, None
-
-    def _land_map(self, position: int, done: MapDone) -> None:
-        """Every item of a map is recorded: its output, in item order, lands."""
-        name = self.graph.names[position]
-        entry = self.items.pop(name, None)
-        live: Any
-        stored: Any
-        if entry is None:  # no items at all
-            live, stored = ({}, {}) if done.mapping else ([], [])
-        elif done.mapping:
-            values = entry.log.values
-            index = entry.log.index
-            live = {key: entry.live[key] for key in done.keys}
-            stored = {key: values[index[key]] for key in done.keys}
-        else:
-            values = entry.log.values
-            index = entry.log.index
-            live = [entry.live[key] for key in done.keys]
-            stored = [values[index[key]] for key in done.keys]
-        self.landed[position] = (live, stored)
-        if self.progress:
-            self.progress.pop(name, None)
-        self.changes += 1
 
     def fail(self, position: int, error: Exception) -> None:
         """Record that the step at ``position`` failed with ``error``."""
@@ -277,8 +221,7 @@ class Record:
 
     def skip(self, position: int, reason: str) -> None:
         """Hold the skip of the step at ``position`` until the next merge, like an output."""
-        self.skips[position] = reason
-        self._skip_fields = None
+        self.skips.decide(position, reason)
         self.changes += 1
 
     def save_progress(self, name: str, value: object) -> int:
@@ -319,19 +262,8 @@ class Record:
             record(name, stored)
             executed(name)
         landed.clear()
-        if self.skips:
-            return self._merge_skips(completed)
-        return completed
-
-    def _merge_skips(self, completed: list[int]) -> list[int]:
-        """Record the skips decided since the last merge; return every position completed."""
-        names = self.graph.names
-        skips = self.skips
-        for position in sorted(skips):
-            self.skipped[names[position]] = skips[position]
-        completed = sorted([*completed, *skips])
-        skips.clear()
-        self._skip_fields = None
+        if self.skips.decided:
+            return self.skips.merge(completed)
         return completed
 
     def over_budget(self) -> bool:
@@ -365,10 +297,14 @@ class Record:
             fields["errors"] = self._error_texts()
         if self.landed or self.progress or self._reported:
             self._describe_exactly(fields, since)
-        if self.items or self.pending or self.children:
-            self._describe_unfinished(fields, length)
-        if self.skipped or self.skips:
-            self._describe_skips(fields)
+        if self._maps_asks_children and (self.items or self.questions or self.children):
+            self._describe_rooms(fields, length)
+        if self.skips:
+            described = fields.get("step_info")
+            if described is None:
+                described = self.log.info(length, self.graph.step_info)
+            extra = self.skips.describe(fields, self.graph.step_info)
+            fields["step_info"] = MappingProxyType(Extended(described, extra))
         checkpoint = trusted_checkpoint(fields)
         self.last = checkpoint
         return checkpoint
@@ -406,57 +342,17 @@ class Record:
         if self.progress:
             fields["progress"] = MappingProxyType(dict(self.progress))
 
-    def _describe_skips(self, fields: dict[str, Any]) -> None:
-        """Add the skips recorded (and decided, mid-batch), with their ``step_info``.
-
-        Skips only grow within a run, so checkpoints share one frozen copy until
-        the next skip: O(1) per checkpoint, like the outputs.
-        """
-        if self._skip_fields is None:
-            info = self.graph.step_info
-            skipped = dict(self.skipped)
-            if self.skips:
-                names = self.graph.names
-                skipped.update((names[p], self.skips[p]) for p in sorted(self.skips))
-            self._skip_fields = (
-                MappingProxyType(skipped),
-                MappingProxyType({name: info[name] for name in skipped}),
-            )
-        skipped_view, skipped_info = self._skip_fields
-        fields["skipped"] = skipped_view
-        described = fields.get("step_info")
-        if described is None:
-            described = self.log.info(fields["step_index"], self.graph.step_info)
-        fields["step_info"] = MappingProxyType(Extended(described, skipped_info))
-
-    def _describe_unfinished(self, fields: dict[str, Any], length: int) -> None:
-        """Add the finished items of unfinished maps, the pending questions, their step info."""
+    def _describe_rooms(self, fields: dict[str, Any], length: int) -> None:
+        """Add what the rooms hold (items of unfinished maps, questions, children)."""
         info = self.graph.step_info
-        items: dict[str, Any] = {}
-        new: dict[str, tuple[str, ...]] = {}
-        for name, entry in self.items.items():
-            log = entry.log
-            end = len(log)
-            items[name] = MappingProxyType({"outputs": log.outputs(end), "cost": entry.cost})
-            if entry.since < end:
-                new[name] = log.names_between(entry.since, end)
-                entry.since = end
-        if items:
-            fields["items"] = MappingProxyType(items)
-            fields["new_items"] = MappingProxyType(new)
-        if self.pending:
-            fields["pending"] = MappingProxyType(dict(self.pending))
-        children = self.children.latest
-        if children:
-            fields["children"] = self.children.field()
+        named: list[str] = []
+        for room in self._rooms:
+            if room:
+                named += room.describe(fields)
         described = fields.get("step_info")
         if described is None:
             described = self.log.info(length, info)
-        extra = {
-            name: info[name]
-            for name in (*items, *self.pending, *children)
-            if name not in described
-        }
+        extra = {name: info[name] for name in named if name not in described}
         fields["step_info"] = MappingProxyType(Extended(described, extra))
 
     def _error_texts(self) -> Mapping[str, str]:
@@ -501,15 +397,8 @@ class Record:
             restored=self.restored,
             invalidated=self.invalidated,
             discarded=self.discarded,
-            skipped=self._skipped_in_order(),
+            skipped=self.skips.in_order() if self.skips.skipped else EMPTY,
         )
-
-    def _skipped_in_order(self) -> Mapping[str, str]:
-        skipped = self.skipped
-        if not skipped:
-            return EMPTY
-        names = self.graph.names
-        return MappingProxyType({name: skipped[name] for name in names if name in skipped})
 
 
 def _new_run_id() -> str:

@@ -16,7 +16,6 @@ checkpoints of it), `Checkpointer` (the only caller of ``checkpoint_fn``),
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import heapq
 import time
@@ -31,11 +30,9 @@ from executionkit._conditions import Conditions
 from executionkit._graph import Frontier
 from executionkit._map import MapRun
 from executionkit._outcome import FAILED, INTERRUPTED, VALUE, Ending, Landing, caught
-from executionkit._ownership import check_latest, take_claim
 from executionkit._policies import SHARED_SLOTS, Policies, Slots
 from executionkit._record import Record
 from executionkit._running import Running
-from executionkit.events import RunFailed, RunFinished, RunSuspended
 
 if TYPE_CHECKING:
     from executionkit._graph import Graph
@@ -52,6 +49,14 @@ class Run(Landing):
         self._options = options
         self._record = record = Record(graph, options)
         self._run_id = record.run_id
+        # A sub-workflow's run takes its parent's slots: one pool for the whole run. Its
+        # steps do not: a run a step starts by hand is a run of its own (sharing them,
+        # a step holding a slot would wait for its own inner run, which waits for one).
+        slots = SHARED_SLOTS.get()
+        if slots is None:
+            slots = Slots(options.max_concurrency)
+        else:
+            SHARED_SLOTS.set(None)  # in this child's task only: its steps start from here
         caller_context = contextvars.copy_context()
         self._announcer = announcer = Announcer(
             options.on_event, caller_context, record.run_id, graph.names
@@ -60,8 +65,6 @@ class Run(Landing):
         self._checkpointer = checkpointer = Checkpointer(
             record, options.checkpoint_fn, announcer, caller_context, self._storage_failed
         )
-        # A sub-workflow's run takes its parent's slots: one pool for the whole run.
-        slots = SHARED_SLOTS.get() or Slots(options.max_concurrency)
         self._eager = options.schedule == "eager"
         self._resumed = options.resume_from is not None
         self._policies = policies = Policies(
@@ -72,7 +75,7 @@ class Run(Landing):
             over_budget=record.over_budget,
         )
         # Steps a condition may skip are decided just before they would start.
-        self._conditions = Conditions(graph, options.context, record.outputs, record.skipped)
+        self._conditions = Conditions(graph, options.context, record.outputs, record.skips.skipped)
         self._deciding = self._conditions.deciding
         self._decider = self._decide if self._deciding else None
         self._asks = graph.asks
@@ -88,7 +91,7 @@ class Run(Landing):
             landing=self,
             maps=MapRun(self, policies, record, announcer, record.run_id),
             children=ChildRuns(record, options, checkpointer, slots),
-            pending=record.pending,
+            pending=record.questions.pending,
         )
         # In batch mode, "step" records and checkpoints each completion as it lands.
         self._per_step = (
@@ -107,7 +110,7 @@ class Run(Landing):
             self._inline_steps,
             wake_each=self._eager or self._per_step,
         )
-        done = {graph.index[name] for name in (*record.outputs, *record.skipped)}
+        done = {graph.index[name] for name in (*record.outputs, *record.skips.skipped)}
         # Batch mode follows the graph's precomputed levels while every step completes.
         self._frontier = Frontier(graph, done, planned=not self._eager)
         self._task: asyncio.Task[Any] | None = None
@@ -126,29 +129,19 @@ class Run(Landing):
         """Whether the run is cancelling its steps (a CancelledError is then its own)."""
         return self._running.cancelling
 
+    @property
+    def run_id(self) -> str:
+        """The run's id (given, restored, or new)."""
+        return self._run_id
+
     async def execute(self) -> WorkflowResult:
-        """Run every step not yet recorded; checkpoint as the schedule says.
-
-        A ``checkpoint_fn`` that grants claims (`_ownership`) is claimed for the
-        run first, and its latest checkpoint of the run checked, before anything
-        starts; the claim is given up once the run has returned or raised.
-        """
-        fn = self._options.checkpoint_fn
-        if getattr(fn, "claim", None) is None:
-            return await self._execute()
-        async with contextlib.AsyncExitStack() as stack:
-            stored = await take_claim(stack, fn, self._run_id)
-            resumed = self._options.resume_from
-            check_latest(fn, self._run_id, None if resumed is None else resumed.seq, stored)
-            return await self._execute()
-
-    async def _execute(self) -> WorkflowResult:
+        """Run every step not yet recorded; checkpoint as the schedule says."""
         began = time.perf_counter()
         self._task = asyncio.current_task()
         if self._observed:
             self._announcer.run_started(self._record, len(self._graph), resumed=self._resumed)
         try:
-            if self._record.answered:
+            if self._record.questions.answered:
                 # Answers are saved before anything acts on them: of two processes
                 # answering one question, the later is refused by the store here.
                 await self._checkpointer.save()
@@ -205,7 +198,7 @@ class Run(Landing):
                 # Plain steps and skips land inline, and steps may land while
                 # checkpoint_fn is awaited: record and checkpoint those before waiting
                 # for anything else.
-                if not record.landed and not record.skips and not self._unsaved():
+                if not record.landed and not record.skips.decided and not self._unsaved():
                     if not running.count and not (ready and self._policies.waits_for_slot()):
                         break
                     await running.wait()
@@ -219,11 +212,7 @@ class Run(Landing):
         return self._checkpointer.active and self._record.unsaved()
 
     async def _run_all(self, batch: list[int]) -> list[int]:
-        """Start ``batch`` in declaration order (within the limit) and wait for all of it.
-
-        Returns the steps it could not start (a failure, an interrupt or the budget
-        stopped it first).
-        """
+        """Start ``batch`` in order, within the limits; wait for it; return what never started."""
         queue = list(reversed(batch))
         running = self._running
         while True:
@@ -240,11 +229,9 @@ class Run(Landing):
         self._running.start(pending, take, self._decider)
 
     async def _run_lone(self, position: int) -> None:
-        """A batch of one async step, run in the run's own task (see `Running.lone`).
+        """A batch of one async step, in the run's own task (`Running.lone`).
 
-        A cancellation of the run while a step that cannot be interrupted (one in
-        an executor) finished anyway: its output is recorded, then the
-        cancellation goes on to `_exit`.
+        A cancellation meanwhile (a step in an executor finished anyway) goes on to `_exit`.
         """
         if position in self._deciding and not self._decide(position):
             return
@@ -286,7 +273,7 @@ class Run(Landing):
             self._record.fail(position, value)
             self._failed(position)
         elif ending == INTERRUPTED:
-            self._interrupted(value)
+            self._stop(value)
         elif position not in self._asks:  # UNFINISHED; an ask just waits
             self._more = True
         return None
@@ -310,7 +297,7 @@ class Run(Landing):
             if self._observed:
                 self._announcer.item_failed(position, key, began, value)
         elif ending == INTERRUPTED:
-            self._interrupted(value)
+            self._stop(value)
         return None
 
     def _asked(self, position: int, question: object) -> None:
@@ -329,12 +316,6 @@ class Run(Landing):
         if self._policies.after_failure() == "cancel":
             self._running.cancel()
 
-    def _interrupted(self, error: BaseException) -> None:
-        """An attempt raised an interrupt: stop every step; the run then raises it."""
-        self._interrupt = self._interrupt or error
-        self._policies.stopping = True
-        self._running.cancel()
-
     def _storage_failed(self) -> None:
         """``checkpoint_fn`` raised: nothing from now on could be saved, so stop."""
         self._policies.stopping = True
@@ -345,20 +326,17 @@ class Run(Landing):
         self._running.finished(position)
 
     def _decide(self, position: int) -> bool:
-        """Whether the step at ``position`` runs; if not, its skip or failure has landed.
+        """Whether the step at ``position`` runs; if not, its skip (or failure) landed.
 
-        A skip lands like an output, synchronously: it completes the step for the
-        frontier at the next merge and is in the next checkpoint. A condition
-        that raises fails the step as the step raising would.
+        A skip lands like an output, merged and checkpointed with the outputs.
         """
         if position not in self._deciding:
             return True
         try:
             reason = self._conditions.reason_to_skip(position)
         except BaseException as exc:  # noqa: BLE001 - sorted by caught(), the one ladder
-            self.ended(
-                position, *caught(exc, f"the condition of step {self._graph.names[position]!r}")
-            )
+            what = f"the condition of step {self._graph.names[position]!r}"
+            self.ended(position, *caught(exc, what))
             return False
         if reason is None:
             return True
@@ -370,13 +348,12 @@ class Run(Landing):
     # --- the one way out ------------------------------------------------------------------
 
     def _stop(self, exc: BaseException) -> None:
-        """Note why the loop stopped early, and stop every running step."""
+        """Stop every step: the run raises ``exc`` (an interrupt, or checkpoint_fn's error)."""
         if isinstance(exc, Exception):
-            self._error = self._error or exc  # checkpoint_fn raised
+            self._error = self._error or exc
         else:
             self._interrupt = self._interrupt or exc
-        self._policies.stopping = True
-        self._running.cancel()
+        self._storage_failed()
 
     async def _exit(self, began: float) -> WorkflowResult:
         """End the run: the only place it returns or raises once steps may have started.
@@ -405,19 +382,7 @@ class Run(Landing):
             more=self._more,
         )
         if self._observed:
-            duration = time.perf_counter() - began
-            waiting = record.waiting() if outcome is None else None
-            if waiting:
-                names = tuple(waiting)
-                self._announcer.emit(RunSuspended(self._run_id, duration, record.cost, names))
-            elif outcome is None:
-                self._announcer.emit(
-                    RunFinished(self._run_id, duration, record.cost, len(record.executed))
-                )
-            else:
-                self._announcer.emit(
-                    RunFailed(self._run_id, duration, outcome, record.invalidated)
-                )
+            self._announcer.run_ended(record, outcome, time.perf_counter() - began)
         settled = await self._checkpointer.settle()
         settled = await self._announcer.settle() or settled
         if outcome is None and settled:

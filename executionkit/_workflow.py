@@ -215,9 +215,13 @@ class Workflow:
         options = RunOptions.check(self._graph, locals())
         # asyncio (and with it ssl, subprocess, concurrent.futures) loads on the first
         # run, so that importing executionkit to read or write checkpoints stays cheap.
+        from executionkit._ownership import claimed  # noqa: PLC0415
         from executionkit._runner import Run  # noqa: PLC0415
 
-        return await Run(self._graph, options).execute()
+        run = Run(self._graph, options)
+        if getattr(options.checkpoint_fn, "claim", None) is None:
+            return await run.execute()
+        return await claimed(run.execute, options.checkpoint_fn, run.run_id, options.resume_from)
 
     @_same_arguments_as(run)
     def run_sync(self, *args: Any, **kwargs: Any) -> WorkflowResult:

@@ -176,3 +176,18 @@ def test_random_workflows_never_exceed_the_limit(seed: int) -> None:
     again = random_workflow(rng, unlimited).run_sync(context, schedule=schedule)
     assert dict(again.outputs) == dict(result.outputs)
     assert unlimited.done == gauge.done
+
+
+async def test_a_run_a_childs_step_starts_by_hand_is_a_run_of_its_own() -> None:
+    """A step of a sub-workflow awaiting another workflow's run does not wait for its slot."""
+    inner = Workflow([Step("leaf", lambda ctx: 1)])
+
+    async def calls_by_hand(ctx: Any) -> int:
+        result = await inner.run(max_concurrency=1)
+        return int(result.outputs["leaf"])
+
+    child = Workflow([Step("by_hand", calls_by_hand)])
+    parent = Workflow([Step("sub", child), Step("also", calls_by_hand)])
+    async with asyncio.timeout(10):  # bounds a hang; it ends in milliseconds
+        result = await parent.run(max_concurrency=1)
+    assert result.outputs == {"sub": {"by_hand": 1}, "also": 1}

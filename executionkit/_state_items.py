@@ -1,0 +1,104 @@
+"""The record's room for map items: each unfinished map's finished items, no asyncio.
+
+A map records each item as it completes, long before the map step itself has an
+output. Until then its items live here: restored from a checkpoint, added one
+by one, described in every checkpoint (``items``, and ``new_items`` for the
+stores that write only what is new), and folded into the map's output, in item
+order, once every item is recorded.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from executionkit._snapshot import OutputLog
+from executionkit._types import TokenUsage
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Mapping
+
+    from executionkit._map import MapDone
+
+_ZERO = TokenUsage()
+
+
+class MapItems:
+    """The finished items of one map that has not finished, in recording order."""
+
+    __slots__ = ("cost", "live", "log", "since")
+
+    def __init__(self, stored: Mapping[str, Any], live: dict[str, Any], cost: TokenUsage) -> None:
+        """Start from the items restored from a checkpoint (or none)."""
+        self.log = OutputLog(stored)
+        self.live = live
+        self.cost = cost
+        self.since = len(self.log)
+
+
+class Items:
+    """The finished items of every map of a run that has not finished."""
+
+    __slots__ = ("maps",)
+
+    def __init__(
+        self, restored: Mapping[str, tuple[dict[str, Any], dict[str, Any], TokenUsage]]
+    ) -> None:
+        """Start from the items restored from a checkpoint: map -> (stored, live, cost)."""
+        self.maps: dict[str, MapItems] = {
+            name: MapItems(stored, live, cost) for name, (stored, live, cost) in restored.items()
+        }
+
+    def __bool__(self) -> bool:
+        """Whether some map has items recorded and is not finished."""
+        return bool(self.maps)
+
+    def recorded(self, name: str) -> Collection[str]:
+        """The keys of the items of map ``name`` recorded so far."""
+        entry = self.maps.get(name)
+        return () if entry is None else entry.log.index
+
+    def _entry(self, name: str) -> MapItems:
+        entry = self.maps.get(name)
+        if entry is None:
+            entry = self.maps[name] = MapItems({}, {}, _ZERO)
+        return entry
+
+    def spent(self, name: str, cost: TokenUsage) -> None:
+        """An item of map ``name`` spent ``cost`` (counted even if it cannot be recorded)."""
+        entry = self._entry(name)
+        entry.cost += cost
+
+    def add(self, name: str, key: str, stored: Any, live: Any) -> int:
+        """Record item ``key`` of map ``name``; return how many items it has recorded."""
+        entry = self._entry(name)
+        entry.log.append(key, stored)
+        entry.live[key] = live
+        return len(entry.log)
+
+    def finish(self, name: str, done: MapDone) -> tuple[Any, Any]:
+        """Every item of map ``name`` is recorded: its output, live and stored, in item order."""
+        entry = self.maps.pop(name, None)
+        if entry is None:  # no items at all
+            return ({}, {}) if done.mapping else ([], [])
+        values = entry.log.values
+        index = entry.log.index
+        if done.mapping:
+            live = {key: entry.live[key] for key in done.keys}
+            return live, {key: values[index[key]] for key in done.keys}
+        return [entry.live[key] for key in done.keys], [values[index[key]] for key in done.keys]
+
+    def describe(self, fields: dict[str, Any]) -> tuple[str, ...]:
+        """Add ``items`` and ``new_items`` to a checkpoint's fields; return the maps named."""
+        items: dict[str, Any] = {}
+        new: dict[str, tuple[str, ...]] = {}
+        for name, entry in self.maps.items():
+            log = entry.log
+            end = len(log)
+            items[name] = MappingProxyType({"outputs": log.outputs(end), "cost": entry.cost})
+            if entry.since < end:
+                new[name] = log.names_between(entry.since, end)
+                entry.since = end
+        fields["items"] = MappingProxyType(items)
+        fields["new_items"] = MappingProxyType(new)
+        return tuple(items)
