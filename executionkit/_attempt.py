@@ -2,8 +2,10 @@
 
 `Attempts` knows how to call a step and get its output: with ``current_step()``
 set, each attempt under its timeout, retries with backoff, plain functions in
-the run's executor. It returns the output or raises what the step raised; what
-happens to either (recording, failure policy) is the run's business.
+the run's executor; a map's items (through `executionkit._map.drive`), an ask
+step's question and a sub-workflow (through `ChildRuns`) too. It sorts how the
+step ended (`caught`) and hands that to the run's `Landing.ended`; what happens
+then (recording, failure policy) is the run's business.
 """
 
 from __future__ import annotations
@@ -164,7 +166,8 @@ class Attempts:
         self._maps = maps
         self._children = children
         self._pending = pending
-        # Steps that are not called as they are: maps (per item) and asks (a question).
+        # Steps that are not called as they are: maps (per item), asks (a question) and
+        # sub-workflows (a child run).
         self._special = graph.maps | graph.asks | graph.workflows
 
     async def task(self, position: int, returned: Any = None) -> None:
@@ -272,8 +275,12 @@ class Attempts:
         """Run the items of the map step at ``position`` (see `executionkit._map.drive`)."""
         assert isinstance(step, MapStep)  # noqa: S101 - Graph.maps holds only those
         item = partial(self._item, position, step, view)
-        children = position in self._graph.workflows
-        return await drive(position, step, view, item, self._maps, takes_slots=not children)
+        graph = self._graph
+        children = position in graph.workflows
+        plain = self._executor is None and position in graph.plain_items
+        return await drive(
+            position, step, view, item, self._maps, takes_slots=not children, plain=plain
+        )
 
     def _call_item(self, position: int, step: Step, view: ContextView, item: Any) -> Any:
         """Call a map's function on one item; a plain one goes to the run's executor."""

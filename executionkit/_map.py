@@ -13,6 +13,7 @@ the run's ``on_error`` (`Policies`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,8 +28,9 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from executionkit._announcer import Announcer
+    from executionkit._checkpointer import Checkpointer
     from executionkit._outcome import Ending, Landing
-    from executionkit._policies import Policies
+    from executionkit._policies import Policies, Slots
     from executionkit._record import Record
     from executionkit._step_kinds import MapStep
 
@@ -44,7 +46,15 @@ class MapDone:
 class MapRun:
     """What a map uses of its run: where items end, the rules, the record, the events."""
 
-    __slots__ = ("announcer", "landing", "policies", "record", "run_id")
+    __slots__ = (
+        "announcer",
+        "checkpointer",
+        "in_turn",
+        "landing",
+        "policies",
+        "record",
+        "run_id",
+    )
 
     def __init__(
         self,
@@ -52,14 +62,17 @@ class MapRun:
         policies: Policies,
         record: Record,
         announcer: Announcer,
-        run_id: str,
+        checkpointer: Checkpointer,
     ) -> None:
         """Gather the parts of one run a map needs."""
         self.landing = landing
         self.policies = policies
         self.record = record
         self.announcer = announcer
-        self.run_id = run_id
+        self.checkpointer = checkpointer
+        self.run_id = record.run_id
+        # Maps whose plain items run one at a time, each saved by the map itself.
+        self.in_turn: set[int] = set()
 
 
 def _items(step: MapStep, ctx: Mapping[str, Any]) -> tuple[list[tuple[str, Any]], bool]:
@@ -110,20 +123,31 @@ async def drive(
     run: MapRun,
     *,
     takes_slots: bool,
+    plain: bool,
 ) -> MapDone | Unfinished:
     """Run every item not yet recorded; return the keys once all are.
 
     Raises an `ExceptionGroup` of the items' errors when any failed (each
     noted with its key); returns `Unfinished` when items were left unstarted.
     ``takes_slots``: each item takes one of the run's concurrency slots (not
-    when the items are sub-workflows, whose own steps take them).
+    when the items are sub-workflows, whose own steps take them). ``plain``: the
+    items are plain functions run on the loop's thread, which block it: with a
+    ``checkpoint_fn``, they run one at a time, each handed to it once recorded,
+    before the next starts (else nothing could be saved until all had run).
     """
     pairs, mapping = _items(step, ctx)
     recorded = run.record.recorded_items(step.name)
     todo = [(key, item) for key, item in reversed(pairs) if key not in recorded]
     _announce_start(run, step.name, pairs, recorded, len(pairs) - len(todo))
     driver = _Driver(position, step.name, run_item, run, takes_slots=takes_slots)
-    await driver.run(todo, step.max_concurrency)
+    if plain and run.checkpointer.active:
+        run.in_turn.add(position)
+        try:
+            await driver.run_in_turn(todo)
+        finally:
+            run.in_turn.discard(position)
+    else:
+        await driver.run(todo, step.max_concurrency)
     if driver.failures:
         raise driver.failed(len(pairs))
     recorded = run.record.recorded_items(step.name)
@@ -227,6 +251,40 @@ class _Driver:
         finally:
             if slots is not None:
                 slots.forget(self._wake_up)
+
+    async def run_in_turn(self, todo: list[tuple[str, Any]]) -> None:
+        """Run plain items one at a time, here, each handed to checkpoint_fn before the next.
+
+        A plain function blocks the loop while it runs: started as tasks, the
+        items would all run before anything could be saved.
+        """
+        run = self.run_
+        policies = run.policies
+        announcer = run.announcer
+        slots = self.slots
+        while todo and policies.may_start_item(bool(self.failures)):
+            if slots is not None and not self._slot():
+                await self._released(slots)
+                continue
+            key, item = todo.pop()
+            if announcer.observed:
+                announcer.emit(ItemStarted(run.run_id, self.name, key, 1))
+            try:
+                await self._one(key, item)
+            finally:
+                if slots is not None:
+                    slots.release()
+            with contextlib.suppress(Exception):  # the run stops on it, and raises it
+                await run.checkpointer.save()
+
+    async def _released(self, slots: Slots) -> None:
+        """Wait until another unit of work of the run gives a slot back."""
+        self.wake = asyncio.get_running_loop().create_future()
+        slots.listen(self._wake_up)
+        try:
+            await self.wake
+        finally:
+            slots.forget(self._wake_up)
 
     def _start_items(self, todo: list[tuple[str, Any]], limit: int | None) -> bool:
         """Start items while allowed; return whether one waits for a concurrency slot."""

@@ -3,14 +3,16 @@
 `Run` reads like the execution model. In batch mode: take the ready batch, run
 it concurrently, record what completed, checkpoint, repeat. In eager mode:
 start each step as soon as its own dependencies are done, and checkpoint after
-every completion. It owns the running steps and has one way out, `_exit`: every
-end of a run (success, failure, budget, cancellation, an interrupt, a failing
-``checkpoint_fn``) stops and awaits every running step, records what landed,
-takes the last checkpoint, and only then returns or raises.
+every completion. Every ending of an attempt lands in `Run.ended`. It has one
+way out, `_exit`: every end of a run (success, failure, budget, cancellation,
+an interrupt, a failing ``checkpoint_fn``) stops and awaits every running step,
+records what landed, takes the last checkpoint, and only then returns or raises.
 
 The parts it composes, each with one job: `Record` (what landed, and the
 checkpoints of it), `Checkpointer` (the only caller of ``checkpoint_fn``),
-`Attempts` (calling one step), `Announcer` (events), `Frontier` (what is ready).
+`Running` (the running steps), `Attempts` (calling one step, with `MapRun` and
+`ChildRuns` for maps and sub-workflows), `Policies` (what may start),
+`Conditions` (what is skipped), `Announcer` (events), `Frontier` (what is ready).
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ class Run(Landing):
         self._deciding = self._conditions.deciding
         self._decider = self._decide if self._deciding else None
         self._asks = graph.asks
+        self._maps_run = MapRun(self, policies, record, announcer, checkpointer)
         attempts = Attempts(
             graph,
             context=options.context,
@@ -89,7 +92,7 @@ class Run(Landing):
             announcer=announcer,
             caller_context=caller_context,
             landing=self,
-            maps=MapRun(self, policies, record, announcer, record.run_id),
+            maps=self._maps_run,
             children=ChildRuns(record, options, checkpointer, slots),
             pending=record.questions.pending,
         )
@@ -108,7 +111,9 @@ class Run(Landing):
             policies,
             caller_context,
             self._inline_steps,
+            graph.plain - graph.inline if options.executor is None else frozenset(),
             wake_each=self._eager or self._per_step,
+            save_each=(self._eager or self._per_step) and options.checkpoint_fn is not None,
         )
         done = {graph.index[name] for name in (*record.outputs, *record.skips.skipped)}
         # Batch mode follows the graph's precomputed levels while every step completes.
@@ -215,12 +220,15 @@ class Run(Landing):
         """Start ``batch`` in order, within the limits; wait for it; return what never started."""
         queue = list(reversed(batch))
         running = self._running
+        per_step = self._per_step
         while True:
-            self._start(queue, queue.pop)
-            if self._per_step and self._record.unsaved():
+            if per_step and self._record.unsaved():
+                # Each completion is saved before anything else starts.
                 self._recorded += self._record.merge()
                 await self._checkpointer.save()
-                continue
+            self._start(queue, queue.pop)
+            if per_step and self._record.unsaved():
+                continue  # a plain step ran inline
             if not running.count and not (queue and self._policies.waits_for_slot()):
                 return queue
             await running.wait()
@@ -285,7 +293,8 @@ class Run(Landing):
             record = self._record
             cost, error = record.land_item(position, key, value)
             if error is None:
-                self._checkpointer.save_soon(asyncio.get_running_loop())
+                if position not in self._maps_run.in_turn:  # those the map saves itself
+                    self._checkpointer.save_soon(asyncio.get_running_loop())
                 if self._observed:
                     done = len(record.recorded_items(self._graph.names[position]))
                     self._announcer.item_finished(position, key, began, cost, done)

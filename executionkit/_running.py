@@ -38,10 +38,17 @@ class Running:
         policies: Policies,
         caller_context: contextvars.Context,
         inline: frozenset[int],
+        plain_tasks: frozenset[int],
         *,
         wake_each: bool,
+        save_each: bool,
     ) -> None:
-        """Run steps of ``graph`` with ``attempts``; ``inline``: plain steps called here."""
+        """Run steps of ``graph`` with ``attempts``; ``inline``: plain steps called here.
+
+        ``plain_tasks``: the plain steps run on the loop's thread in a task.
+        ``save_each``: every completion is checkpointed before the next step starts
+        (eager, or ``checkpoint_every="step"``, with a ``checkpoint_fn``).
+        """
         self._graph = graph
         self._attempts = attempts
         self._announcer = announcer
@@ -49,6 +56,10 @@ class Running:
         self._slots = policies.slots
         self._caller_context = caller_context
         self._inline = inline
+        self._save_each = save_each
+        # Plain steps that run in a task (they retry, or time out): with save_each, one
+        # at a time too, since each blocks the loop from its start to its end.
+        self._plain_tasks = plain_tasks if save_each else frozenset()
         # Steps that only hold other work: their items, or their child's steps, take slots.
         self._holders = graph.maps | graph.workflows
         # Slots are counted only under a limit (nothing reads them otherwise).
@@ -80,9 +91,13 @@ class Running:
         on, nothing can land until the loop runs again, so what `Policies` said
         holds for the rest of the sweep but for the free slots, counted here.
         ``decide`` (steps a condition may skip) asks again after each decision.
+        With ``save_each``, a plain function (which blocks the loop) ends the
+        sweep, for the loop to record and checkpoint it before the next starts.
         """
         inline = self._inline
+        plain = self._plain_tasks
         may_start = self._policies.may_start
+        one_by_one = decide is not None or bool(plain)
         tasked = False
         while pending and may_start():
             position = take()
@@ -90,10 +105,14 @@ class Running:
                 continue
             if position in inline and not tasked:
                 self._run_inline(position)
+                if self._save_each:
+                    return
                 continue
-            if decide is not None:
+            if one_by_one:
                 self._spawn(position, take, 0)
                 tasked = True
+                if position in plain:
+                    return
                 continue
             free = self._slots.free()
             more = len(pending) if free is None else min(len(pending), free - 1)

@@ -1,6 +1,8 @@
 """The process the map kill test kills: a 40-item map recorded into a JSON Lines file.
 
-Usage: ``python tests/map_crash_worker.py CHECKPOINT``. Not a test module. Each
+Usage: ``python tests/map_crash_worker.py CHECKPOINT [plain]``. Not a test module.
+With ``plain``, the items are a plain function (which blocks the event loop
+while it runs) instead of a coroutine function. Each
 event is one line on stdout, written with one ``os.write`` so lines stay whole:
 ``run-start <recorded item keys, comma-separated>`` (what the file held when the
 run began; ``*`` when the map's output itself was recorded), ``item-start <key>``,
@@ -14,6 +16,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from typing import Any
 
 from executionkit import PatternResult, Step, TokenUsage, Workflow, WorkflowCheckpoint
@@ -33,16 +36,26 @@ async def summarise(item: int, ctx: Any) -> PatternResult[int]:
     return PatternResult(item * item, cost=TokenUsage(item, 1, 1))
 
 
-WORKFLOW = Workflow(
-    [
-        Step("split", lambda ctx: list(range(ITEMS))),
-        Step.map("squares", summarise, over="split", key=str, max_concurrency=4),
-        Step("total", lambda ctx: sum(ctx["squares"]), depends_on=("squares",)),
-    ]
-)
+def summarise_plain(item: int, ctx: Any) -> PatternResult[int]:
+    say(f"item-start {item}")
+    time.sleep(0.0005 * (item % 5))  # the work: a plain function blocks while it runs
+    return PatternResult(item * item, cost=TokenUsage(item, 1, 1))
 
 
-def main(path: str) -> None:
+def workflow(run: Any) -> Workflow:
+    return Workflow(
+        [
+            Step("split", lambda ctx: list(range(ITEMS))),
+            Step.map("squares", run, over="split", key=str, max_concurrency=4),
+            Step("total", lambda ctx: sum(ctx["squares"]), depends_on=("squares",)),
+        ]
+    )
+
+
+WORKFLOW = workflow(summarise)
+
+
+def main(path: str, plain: bool) -> None:
     store = JsonLinesStore(path)
     resume = store.load()
     if resume is None:
@@ -57,11 +70,12 @@ def main(path: str) -> None:
         store(checkpoint)
         say(f"checkpoint {checkpoint.seq}")
 
-    result = WORKFLOW.run_sync(resume_from=resume, checkpoint_fn=save)
+    chosen = workflow(summarise_plain) if plain else WORKFLOW
+    result = chosen.run_sync(resume_from=resume, checkpoint_fn=save)
     cost = result.cost
     summary = {"total": result.outputs["total"], "cost": [cost.input_tokens, cost.llm_calls]}
     say(f"done {json.dumps(summary)}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], plain=sys.argv[2:] == ["plain"])

@@ -115,7 +115,7 @@ def test_run_fails_saves_and_resumes_with_the_input_fixed(
     assert failed.err.splitlines()[-2:] == [
         f"executionkit: step translate failed: {NO_LANG}",
         (
-            "executionkit: checkpoint saved to run.json (seq 2, 2 of 4 steps recorded); run "
+            "executionkit: checkpoint saved to run.json (seq 3, 2 of 4 steps recorded); run "
             "again with the same --checkpoint to resume"
         ),
     ]
@@ -136,7 +136,7 @@ def test_run_fails_saves_and_resumes_with_the_input_fixed(
     assert json.loads(done.out) == outputs
     final = read_checkpoint(tmp_path / "run.json")
     assert dict(final.outputs) == outputs
-    assert (final.run_id, final.seq, final.errors) == (saved.run_id, 4, {})
+    assert (final.run_id, final.seq, final.errors) == (saved.run_id, 5, {})
     # count ran once (120 in) and translate once (150 in): nothing was paid for twice.
     assert final.cost == TokenUsage(270, 34, 2)
     assert dict(final.metadata) == {"workflow": "cli_workflow:workflow"}
@@ -386,7 +386,7 @@ def test_discard_unknown_steps_resumes_from_another_workflows_checkpoint(
     assert json.loads(done.out)["report"] == {"words": 2, "translation": "a b"}
     saved = read_checkpoint(tmp_path / "run.json")
     assert list(saved.outputs) == ["words", "count", "translate", "report"]
-    assert (saved.run_id, saved.seq) == ("older-run", 5)
+    assert (saved.run_id, saved.seq) == ("older-run", 6)  # one checkpoint per step
     assert saved.cost == TokenUsage(280, 35, 3)
 
 
@@ -448,7 +448,7 @@ def test_rerun_runs_recorded_steps_again_and_what_depends_on_them(
     saved = read_checkpoint(tmp_path / "run.json")
     # count (120 in) and translate (150 in) were paid for twice, words never.
     assert saved.cost == TokenUsage(540, 68, 4)
-    assert saved.seq == 5  # two batches after the first run's three
+    assert saved.seq == 7  # one checkpoint per step: three after the first run's four
 
 
 DECODE = """\
@@ -1481,7 +1481,7 @@ def test_run_saves_into_a_named_run_and_resumes_from_it(
     assert failed.err.splitlines()[-2:] == [
         f"executionkit: step translate failed: {NO_LANG}",
         (
-            "executionkit: checkpoint saved to sqlite:///runs.db (seq 2, 2 of 4 steps "
+            "executionkit: checkpoint saved to sqlite:///runs.db (seq 3, 2 of 4 steps "
             "recorded); run again with the same --checkpoint to resume"
         ),
     ]
@@ -1520,15 +1520,15 @@ def test_inspect_lists_the_runs_of_a_database_then_shows_one(
     assert [
         (run["run_id"], run["seq"], run["recorded"], run["failed"]) for run in data["runs"]
     ] == [
-        ("b", 3, 4, 0),
-        ("a", 2, 2, 1),
+        ("b", 4, 4, 0),
+        ("a", 3, 2, 1),
     ]
     text = cli("inspect", "sqlite:///runs.db")
     assert text.code == 0
     lines = text.out.splitlines()
     assert lines[:2] == ["database: sqlite:///runs.db", "runs: 2"]
-    assert lines[2].startswith("  b: seq 3, 4 recorded, 0 failed, saved ")
-    assert lines[3].startswith("  a: seq 2, 2 recorded, 1 failed, saved ")
+    assert lines[2].startswith("  b: seq 4, 4 recorded, 0 failed, saved ")
+    assert lines[3].startswith("  a: seq 3, 2 recorded, 1 failed, saved ")
     assert lines[4] == "inspect one with: executionkit inspect 'sqlite:///runs.db?run_id=RUN_ID'"
     one = cli("inspect", "sqlite:///runs.db?run_id=a", "--json")
     assert one.code == 0, one.err

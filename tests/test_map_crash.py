@@ -10,6 +10,7 @@ stored, run again and are counted once.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -25,11 +26,14 @@ ITEMS = 40
 EXPECTED = {"total": sum(i * i for i in range(ITEMS)), "cost": [sum(range(ITEMS)), ITEMS]}
 
 
-def run_until_killed(path: Path, kill_after: int | None) -> list[str]:
+def run_until_killed(path: Path, kill_after: int | None, *options: str) -> list[str]:
     """Start the worker; SIGKILL it after ``kill_after`` lines (None: let it finish)."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     process = subprocess.Popen(  # noqa: S603 - our own worker script
-        [sys.executable, str(WORKER), str(path)], stdout=subprocess.PIPE, text=True, env=env
+        [sys.executable, str(WORKER), str(path), *options],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     assert process.stdout is not None
     lines: list[str] = []
@@ -67,3 +71,28 @@ def test_kills_mid_map_never_rerun_a_recorded_item(tmp_path: Path, seed: int) ->
     summary = json.loads(episodes[-1][-1].removeprefix("done "))
     assert summary == EXPECTED
     assert started_total >= ITEMS
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_kills_mid_map_of_plain_items_lose_at_most_the_item_running(
+    tmp_path: Path, seed: int
+) -> None:
+    """Plain items are stored one by one: a kill loses at most the item that was running."""
+    rng = random.Random(seed)
+    path = tmp_path / "run.jsonl"
+    episodes: list[list[str]] = []
+    while not episodes or not episodes[-1][-1].startswith("done "):
+        kill_after = rng.randint(4, 30) if len(episodes) < 6 else None
+        episodes.append(run_until_killed(path, kill_after, "plain"))
+    assert len(episodes) >= 2
+    for killed, following in itertools.pairwise(episodes):
+        started = [line.split()[1] for line in killed if line.startswith("item-start ")]
+        recorded = following[0].removeprefix("run-start").strip()
+        held = set(recorded.split(",")) if recorded and recorded != "*" else set()
+        if recorded == "*":
+            continue
+        lost = [key for key in started if key not in held]
+        assert len(lost) <= 1, f"a kill lost {lost}: only the item running may be lost"
+        assert not lost or lost == started[-1:]
+    summary = json.loads(episodes[-1][-1].removeprefix("done "))
+    assert summary == EXPECTED
