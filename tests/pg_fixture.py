@@ -9,9 +9,13 @@ data folder (no TCP port), so parallel sessions cannot collide.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import importlib
+import signal
 import uuid
 import warnings
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -22,7 +26,14 @@ if TYPE_CHECKING:
 
 @pytest.fixture(scope="session")
 def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A running server; stopped when the session ends."""
+    """A running server; stopped when the session ends, however it ends.
+
+    pgserver's own cleanup stops only the postmaster it started, so a server a
+    test restarted (a new postmaster) would outlive the session: `stop` asks
+    ``pg_ctl`` to stop whatever runs in the data folder. It also runs at exit,
+    for a session interrupted before its fixtures were torn down, and SIGTERM
+    interrupts the session as Ctrl-C does instead of ending it on the spot.
+    """
     folder = tmp_path_factory.mktemp("pg") / "data"
     with warnings.catch_warnings():
         # Importing pgserver, platformdirs warns that XDG_RUNTIME_DIR is unset (as in
@@ -30,12 +41,38 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         warnings.simplefilter("ignore")
         pgserver: Any = importlib.import_module("pgserver")  # untyped; only these tests use it
         server = pgserver.get_server(folder, cleanup_mode="stop")
+    atexit.register(stop, server)
+    # SIGTERM (a CI timeout, a killed terminal) would end the session at once, without
+    # teardown: made an interrupt instead, so that the finally below runs.
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
         yield server
     finally:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        stop(server)
+        atexit.unregister(stop)
+        if previous == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    del signum, frame
+    raise KeyboardInterrupt
+
+
+def stop(server: Any) -> None:
+    """Stop the server running in ``server``'s data folder, if one does (fast: no waiting)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with contextlib.suppress(Exception):
             server.cleanup()
+        if (Path(server.pgdata) / "postmaster.pid").exists():
+            commands: Any = importlib.import_module("pgserver._commands")
+            with contextlib.suppress(Exception):
+                commands.pg_ctl(
+                    ["-w", "-m", "fast", "stop"], pgdata=server.pgdata, user=server.system_user
+                )
 
 
 def new_database(server: Any) -> str:
