@@ -3,10 +3,10 @@
 The child runs as a run of its own, with the parent step's ``ctx`` (plus
 ``item`` and ``item_key`` in a map) as its initial context. Its checkpoints are
 not stored by themselves: each one is handed to the parent's record, which
-keeps it under the step in ``children`` and has the parent checkpointed; the
-child goes on once that is done, so a crash inside a child loses at most the
-child's steps in flight. Its token
-usage is counted once, in the parent's total, as the child spends it.
+keeps it under the step in ``children`` (`Children`), and the parent is
+checkpointed soon; the child goes on once that is done, so a crash inside a
+child loses at most the child's steps in flight. Its token usage is counted
+once, in the parent's total, as the child spends it.
 """
 
 from __future__ import annotations

@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from executionkit import Step, Workflow, WorkflowCheckpoint, _runner, current_step
+from executionkit import Step, Workflow, WorkflowCheckpoint, _map, _runner, _running, current_step
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Mapping
+    from types import ModuleType
 
 BOUND = 5.0
 
@@ -330,14 +331,33 @@ async def test_checkpoint_every_is_checked() -> None:
 # --- the one way out, on the source --------------------------------------------------------
 
 
-def run_methods() -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
-    tree = ast.parse(Path(inspect.getfile(_runner)).read_text(encoding="utf-8"))
-    (run,) = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Run"]
+Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def module_tree(module: ModuleType) -> ast.Module:
+    return ast.parse(Path(inspect.getfile(module)).read_text(encoding="utf-8"))
+
+
+def methods_of(module: ModuleType, name: str) -> dict[str, Function]:
+    """The methods of class ``name`` of ``module``, by name, from its source."""
+    (cls,) = [
+        node
+        for node in module_tree(module).body
+        if isinstance(node, ast.ClassDef) and node.name == name
+    ]
     return {
         node.name: node
-        for node in run.body
+        for node in cls.body
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
     }
+
+
+def run_methods() -> dict[str, Function]:
+    return methods_of(_runner, "Run")
+
+
+def raises_in(node: ast.AST) -> list[ast.Raise]:
+    return [inner for inner in ast.walk(node) if isinstance(inner, ast.Raise)]
 
 
 def test_only_the_exit_raises_and_execute_always_reaches_it() -> None:
@@ -360,3 +380,71 @@ def test_only_the_exit_raises_and_execute_always_reaches_it() -> None:
     last = execute.body[-1]
     assert isinstance(last, ast.Return)
     assert ast.unparse(last) == "return await self._exit(began)"
+
+
+def test_running_never_raises() -> None:
+    """No method of Running (which starts, cancels and awaits the steps) has a raise statement."""
+    raising = sorted(
+        name for name, node in methods_of(_running, "Running").items() if raises_in(node)
+    )
+    assert raising == []
+
+
+def test_the_map_driver_raises_only_a_cancellation_once_every_item_was_awaited() -> None:
+    """_Driver re-raises a cancellation of its map only after awaiting every item's task.
+
+    Its only raise statement is a bare ``raise`` ending ``run``'s ``except
+    asyncio.CancelledError`` handler, after a loop that awaits until ``tasks``
+    (the driver's item tasks) is empty, with no way out of that loop but its test.
+    """
+    methods = methods_of(_map, "_Driver")
+    raising = sorted(name for name, node in methods.items() if raises_in(node))
+    assert raising == ["run"]
+    run = methods["run"]
+    handlers = [
+        handler
+        for node in ast.walk(run)
+        if isinstance(node, ast.Try)
+        for handler in node.handlers
+        if raises_in(handler)
+    ]
+    assert [ast.unparse(h.type) for h in handlers if h.type is not None] == [
+        "asyncio.CancelledError"
+    ]
+    (handler,) = handlers
+    assert raises_in(run) == raises_in(handler)
+    (bare,) = raises_in(handler)
+    assert bare.exc is None  # the cancellation itself, unchanged
+    assert handler.body[-1] is bare
+    waits = [node for node in handler.body if isinstance(node, ast.While)]
+    assert [ast.unparse(node.test) for node in waits] == ["tasks"]
+    (wait,) = waits
+    assert handler.body.index(wait) < handler.body.index(bare)
+    assert any(isinstance(node, ast.Await) for node in ast.walk(wait))
+    assert not any(isinstance(node, (ast.Break, ast.Return)) for node in ast.walk(wait))
+    assert not any(isinstance(node, ast.Return) for node in ast.walk(handler))
+    assignments = [ast.unparse(node) for node in run.body if isinstance(node, ast.Assign)]
+    assert "tasks = self.tasks" in assignments
+    # What empties `tasks`: each item task's done callback, once that task has ended.
+    assert "self.tasks.discard(task)" in ast.unparse(methods["_done"])
+
+
+def test_drive_raises_only_the_items_errors() -> None:
+    """drive's only raise statement raises the ExceptionGroup _Driver.failed builds.
+
+    (`_items` refusing a map's keys raises too, before any item starts.)
+    """
+    (drive,) = [
+        node
+        for node in module_tree(_map).body
+        if isinstance(node, ast.AsyncFunctionDef) and node.name == "drive"
+    ]
+    assert [ast.unparse(node) for node in raises_in(drive)] == ["raise driver.failed(len(pairs))"]
+    failed = methods_of(_map, "_Driver")["failed"]
+    assert failed.returns is not None
+    assert ast.unparse(failed.returns) == "ExceptionGroup[Exception]"
+    assert [
+        ast.unparse(node.value)
+        for node in ast.walk(failed)
+        if isinstance(node, ast.Return) and node.value
+    ] == ["ExceptionGroup(msg, errors)"]
