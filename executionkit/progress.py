@@ -23,19 +23,19 @@ import time
 from typing import TYPE_CHECKING, TextIO
 
 from executionkit._progress_parts import PREFIX as _PREFIX
-from executionkit._progress_parts import SHOWN_NAMES as _SHOWN_NAMES
-from executionkit._progress_parts import TENTHS as _TENTHS
 from executionkit._progress_parts import Line as _Line
-from executionkit._progress_parts import MapState as _Map
+from executionkit._progress_parts import RunState as _Run
 from executionkit._progress_parts import count as _count
 from executionkit._progress_parts import duration
 from executionkit._progress_parts import ending_text as _ending_text
 from executionkit._progress_parts import error_text as _error_text
 from executionkit._progress_parts import escaped as _escaped
 from executionkit._progress_parts import is_terminal as _is_terminal
+from executionkit._progress_parts import names_text as _names
+from executionkit._progress_parts import parent_of as _parent_of
 from executionkit._progress_parts import total_cost as _total_cost
 from executionkit._questions import join_path
-from executionkit._terminal import one_line
+from executionkit._terminal import one_line, show
 from executionkit._types import TokenUsage
 from executionkit.events import (
     CheckpointTaken,
@@ -60,13 +60,14 @@ from executionkit.events import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable
 
 __all__ = ["ConsoleProgress"]
 
 _duration = duration  # as the status shows seconds; tests read it here
-_SHOWN_ITEM_FAILURES = 3  # per map: the first failures get a line each, then one line says more
 _LIVE_EVERY = 0.1  # seconds: item events redraw the live line at most this often
+# What the steps of a map item's sub-workflow still get a line for, as items do.
+_SAID_OF_ITEMS = (StepRetried, StepInvalidated, QuestionAsked, QuestionAnswered)
 
 
 class ConsoleProgress:
@@ -95,6 +96,17 @@ class ConsoleProgress:
     the live line is redrawn for item events at most ten times a second (by
     ``clock``). The first three items of a map that fail get a line each, with
     their error, then one line says more failed; the status counts them all.
+
+    A sub-workflow (a `Workflow` as a step's ``run``) is counted in a run of its
+    own: its steps are named by their path from the run followed, as its
+    questions are (``research/search finished``, ``research/approve is waiting
+    for an answer``), its start gets a line (``research started: 3 steps``), and
+    while it runs the status shows its count by its step's name: ``1 running
+    (research: 1/3 done)``. The counts of the status are always those of the run
+    followed, and its tokens the whole run's, sub-workflows' included. The
+    sub-workflows of a map's items are quiet, as items are: only their retries,
+    invalidated steps and questions get lines; the map's item count and its
+    failed items say the rest.
 
     In live mode that status is one line rewritten in place (a carriage return,
     then spaces over what is left of the previous text); run started, step
@@ -135,37 +147,32 @@ class ConsoleProgress:
 
     def _reset(self) -> None:
         self._run_id = ""
-        self._total = 0
-        self._done: set[str] = set()
-        self._running: dict[str, float] = {}  # name -> when its first attempt started
-        self._failed: set[str] = set()
-        self._skipped: set[str] = set()
-        self._cost = TokenUsage()
+        self._root = _Run()  # the run followed; its sub-workflows have states of their own
+        self._runs: dict[str, _Run] = {}  # by run_id: the run and its running sub-workflows
+        self._active = False  # between the run's RunStarted and its last event
+        self._cost = TokenUsage()  # the whole run's, its sub-workflows' usage included
         self._started: float | None = None
-        self._maps: dict[str, _Map] = {}  # running map steps, in the order they found items
-        self._items: dict[tuple[str, str], float] = {}  # running items -> first attempt began
         self._waiting: dict[str, None] = {}  # questions waiting for an answer (by path), as asked
 
     # --- the callback ---------------------------------------------------------------------
 
     def __call__(self, event: Event) -> None:
         """Take one event of the run into account and show the result."""
-        event = _escaped(event)
         now = self._clock()
-        if self._started is None or isinstance(event, RunStarted):
-            self._reset()
-            self._started = now
-            self._run_id = event.run_id
+        run = self._follow(event, now)
+        event = _escaped(event, run.path)
         if isinstance(event, (MapStarted, ItemStarted, ItemFinished, ItemFailed)):
-            line = self._apply_item(event, now)
+            line = self._apply_item(event, run, now)
         elif isinstance(event, (QuestionAsked, QuestionAnswered, RunSuspended)):
-            line = self._apply_question(event)
+            line = self._apply_question(event, run)
         else:
-            line = self._apply(event, now)
+            line = self._apply(event, run, now)
+        if run.quiet and not isinstance(event, _SAID_OF_ITEMS):
+            line = None  # the steps of a map's item get no line each, as items do not
         if self._live:
             # A restored step or a started item changes nothing the live line shows yet.
             quiet = isinstance(event, (StepRestored, ItemStarted))
-            if not quiet and not self._too_soon(event, line, now):
+            if not quiet and not self._too_soon(event, run, line, now):
                 self._show_live(line, now)
                 self._drawn_at = now
         elif line is not None:
@@ -175,30 +182,52 @@ class ConsoleProgress:
                 text = f"{line.text}; {self._status(now)}" if line.status else line.text
             self._write(f"{text}\n")
 
-    def _too_soon(self, event: Event, line: _Line | None, now: float) -> bool:
+    def _follow(self, event: Event, now: float) -> _Run:
+        """The run ``event`` is of: the run followed, or a sub-workflow running under it.
+
+        A run starting while another is followed is its sub-workflow when its run_id
+        extends the run_id of one running (``parent/step``, ``parent/step/key``);
+        any other run starts the counts afresh.
+        """
+        parent = _parent_of(event.run_id, self._runs) if self._active else None
+        if isinstance(event, RunStarted) and parent is not None:
+            child = parent.child(event.run_id)
+            self._runs[event.run_id] = child
+            return child
+        if self._started is None or isinstance(event, RunStarted):
+            self._reset()
+            self._started = now
+            self._active = True
+            self._run_id = one_line(event.run_id)
+            self._root.run_id = event.run_id
+            self._runs[event.run_id] = self._root
+        return self._runs.get(event.run_id, self._root)
+
+    def _too_soon(self, event: Event, run: _Run, line: _Line | None, now: float) -> bool:
         """Whether to leave the live line as it is: an item's event, just after a redraw.
 
         Only events that change nothing but counts are held back (an item finishing,
-        the checkpoint that follows it while a map runs); a later event redraws.
+        a step of an item's sub-workflow, the checkpoint that follows them while a map
+        runs); a later event redraws.
         """
         if line is not None or self._drawn_at is None or now - self._drawn_at >= _LIVE_EVERY:
             return False
         if isinstance(event, CheckpointTaken):
-            return bool(self._maps)
-        return isinstance(event, ItemFinished)
+            return any(state.maps for state in self._runs.values())
+        return run.quiet or isinstance(event, ItemFinished)
 
-    def _apply(self, event: Event, now: float) -> _Line | None:
+    def _apply(self, event: Event, run: _Run, now: float) -> _Line | None:
         """Update the counts; return what to say about ``event``, if anything."""
         line: _Line | None = None
         match event:
             case RunStarted():
-                line = _Line(self._started_run(event))
+                line = _Line(self._started_run(event, run))
             case StepRestored():
-                self._done.add(event.step)
+                run.done.add(event.step)
             case StepInvalidated():
                 line = _Line(f"{_PREFIX}: {event.step} invalidated: {event.reason}")
             case StepStarted():
-                self._running.setdefault(event.step, now)
+                run.running.setdefault(event.step, now)
             case StepRetried():
                 what = event.step if event.item is None else f"{event.step} item {event.item}"
                 line = _Line(
@@ -206,148 +235,133 @@ class ConsoleProgress:
                     f"({_error_text(event.error)}); retrying in {_duration(event.delay)}"
                 )
             case StepFinished():
-                line = self._step_finished(event, now)
+                line = self._step_finished(event, run, now)
             case StepSkipped() | StepFailed():
-                line = self._step_not_done(event, now)
-            case RunFinished():
-                self._running.clear()
-                self._maps.clear()
-                self._cost = event.cost
-                text = f"{_PREFIX}: run {self._run_id} finished"
-                line = _Line(text, status=True, final=True)
-            case RunFailed():
-                self._running.clear()
-                self._maps.clear()
-                self._cost = _total_cost(event.error, self._cost)
-                ending = _ending_text(event.error)
-                text = f"{_PREFIX}: run {self._run_id} {ending}"
-                line = _Line(text, status=True, final=True)
+                line = self._step_not_done(event, run, now)
+            case RunFinished() | RunFailed():
+                line = self._run_ended(event, run)
         return line  # CheckpointTaken and any later kinds: the status only
 
-    def _apply_question(self, event: QuestionAsked | QuestionAnswered | RunSuspended) -> _Line:
+    def _run_ended(self, event: RunFinished | RunFailed, run: _Run) -> _Line | None:
+        if run is not self._root:
+            self._child_ended(run)  # the parent's step says how it ended
+            return None
+        if isinstance(event, RunFinished):
+            self._cost = event.cost
+            return self._ended("finished")
+        self._cost = _total_cost(event.error, self._cost)
+        return self._ended(_ending_text(event.error))
+
+    def _ended(self, how: str) -> _Line:
+        """The run followed ended: its last line, ``run ID finished`` or how it stopped."""
+        self._active = False
+        self._root.running.clear()
+        self._root.maps.clear()
+        return _Line(f"{_PREFIX}: run {self._run_id} {how}", status=True, final=True)
+
+    def _child_ended(self, run: _Run) -> None:
+        del self._runs[run.run_id]
+        if run.parent is not None and run.parent.children.get(run.step) is run:
+            del run.parent.children[run.step]
+
+    def _apply_question(
+        self, event: QuestionAsked | QuestionAnswered | RunSuspended, run: _Run
+    ) -> _Line | None:
         """An ask step waiting for an answer, then answered; or the run suspended for some."""
         if isinstance(event, QuestionAsked):
-            self._running.pop(event.step, None)
-            self._waiting[join_path(event.step)] = None  # named as RunSuspended names it
+            run.running.pop(event.step, None)
+            # Named as RunSuspended names it: a sub-workflow's step already is a path.
+            self._waiting[event.step if run.path else join_path(event.step)] = None
             until = "" if event.expires_at is None else f" until {event.expires_at}"
             return _Line(f"{_PREFIX}: {event.step} is waiting for an answer{until}", status=True)
         if isinstance(event, QuestionAnswered):
-            self._waiting.pop(join_path(event.step), None)
-            self._done.add(event.step)
+            self._waiting.pop(event.step if run.path else join_path(event.step), None)
+            run.done.add(event.step)
             return _Line(f"{_PREFIX}: {event.step} answered", status=True, notable=False)
-        self._running.clear()
-        self._maps.clear()
+        if run is not self._root:  # its questions wait on; the run followed suspends later
+            self._child_ended(run)
+            return None
         self._waiting = dict.fromkeys(event.pending)
         self._cost = event.cost
-        text = f"{_PREFIX}: run {self._run_id} suspended"
-        return _Line(text, status=True, final=True)
+        return self._ended("suspended")
 
-    def _step_not_done(self, event: StepSkipped | StepFailed, now: float) -> _Line:
+    def _step_not_done(self, event: StepSkipped | StepFailed, run: _Run, now: float) -> _Line:
         """A step that ended without an output: skipped by a condition, or failed."""
         if isinstance(event, StepSkipped):
-            self._done.add(event.step)
-            self._skipped.add(event.step)
+            run.done.add(event.step)
+            run.skipped.add(event.step)
             text = f"{_PREFIX}: {event.step} skipped: {event.reason}"
             return _Line(text, status=True, notable=False)
-        self._maps.pop(event.step, None)
-        took = self._step_ended(event.step, now, event.duration)
-        self._failed.add(event.step)
+        run.maps.pop(event.step, None)
+        took = run.step_ended(event.step, now, event.duration)
+        run.failed.add(event.step)
         error = _error_text(event.error)
         return _Line(f"{_PREFIX}: {event.step} failed after {took}: {error}", status=True)
 
-    def _step_finished(self, event: StepFinished, now: float) -> _Line:
-        took = self._step_ended(event.step, now, event.duration)
-        self._done.add(event.step)
+    def _step_finished(self, event: StepFinished, run: _Run, now: float) -> _Line:
+        took = run.step_ended(event.step, now, event.duration)
+        run.done.add(event.step)
         text = f"{_PREFIX}: {event.step} finished in {took}"
-        mapped = self._maps.pop(event.step, None)
-        if mapped is None:
+        mapped = run.maps.pop(event.step, None)
+        if mapped is None:  # a sub-workflow's step reports none: its steps reported theirs
             self._cost += event.cost
         else:  # its items' usage was counted as each one finished
             text += f" ({_count(mapped.items, 'item')})"
         return _Line(text, status=True, notable=False)
 
     def _apply_item(
-        self, event: MapStarted | ItemStarted | ItemFinished | ItemFailed, now: float
+        self, event: MapStarted | ItemStarted | ItemFinished | ItemFailed, run: _Run, now: float
     ) -> _Line | None:
         """Count a map's items; say when it found them, when they fail, how far it got."""
         line: _Line | None = None
         match event:
             case MapStarted():
-                line = self._map_started(event, now)
+                line = run.map_started(event, now)
             case ItemStarted():
-                self._items.setdefault((event.step, event.item), now)
+                run.items.setdefault((event.step, event.item), now)
             case ItemFinished():
-                line = self._item_finished(event, now)
+                line = self._item_finished(event, run, now)
             case ItemFailed():
-                line = self._item_failed(event, now)
+                line = run.item_failed(event, now)
         return line
 
-    def _map_started(self, event: MapStarted, now: float) -> _Line:
-        said = event.recorded * _TENTHS // event.items if event.items else 0
-        self._maps[event.step] = _Map(event.items, event.recorded, said=said, said_at=now)
-        text = f"{_PREFIX}: {event.step}: {_count(event.items, 'item')}"
-        if event.recorded:
-            text += f", {event.recorded:,} recorded before"
-        return _Line(text, notable=False)
-
-    def _item_finished(self, event: ItemFinished, now: float) -> _Line | None:
-        self._items.pop((event.step, event.item), None)
+    def _item_finished(self, event: ItemFinished, run: _Run, now: float) -> _Line | None:
+        run.items.pop((event.step, event.item), None)
         self._cost += event.cost
-        state = self._maps.get(event.step)
+        state = run.maps.get(event.step)
         if state is None:
             return None
         state.recorded = max(state.recorded, event.recorded)
         return None if self._live else state.progress_line(now)
 
-    def _item_failed(self, event: ItemFailed, now: float) -> _Line | None:
-        """A line for each of the first few failed items of a map, then one saying more did."""
-        began = self._items.pop((event.step, event.item), None)
-        state = self._maps.get(event.step)
-        if state is None:
-            return None
-        state.failed += 1
-        if state.failed > _SHOWN_ITEM_FAILURES:
-            more = f"{_PREFIX}: {event.step}: more items failed"
-            return _Line(more, status=True) if state.failed == _SHOWN_ITEM_FAILURES + 1 else None
-        took = _duration(event.duration if began is None else now - began)
-        error = _error_text(event.error)
-        text = f"{_PREFIX}: {event.step} item {event.item} failed after {took}: {error}"
-        return _Line(text, status=True)
-
-    def _started_run(self, event: RunStarted) -> str:
-        self._total = event.steps
-        self._done.update(event.recorded)
-        restored: object = getattr(event, "cost", None)  # restored usage, where events carry it
-        if isinstance(restored, TokenUsage):
-            self._cost = restored
+    def _started_run(self, event: RunStarted, run: _Run) -> str:
+        run.total = event.steps
+        run.done.update(event.recorded)
+        name = f"run {event.run_id}"
+        if run is self._root:
+            restored: object = getattr(event, "cost", None)  # where events carry it
+            if isinstance(restored, TokenUsage):
+                self._cost = restored
+        else:  # its restored usage is part of the parent's, restored with it
+            name = show(run.path)
         if event.resumed:
-            return (
-                f"{_PREFIX}: run {event.run_id} resumed: {len(event.recorded)}/{event.steps} "
-                f"steps recorded"
-            )
-        return f"{_PREFIX}: run {event.run_id} started: {_count(event.steps, 'step')}"
-
-    def _step_ended(self, step: str, now: float, reported: float) -> str:
-        began = self._running.pop(step, None)
-        return _duration(reported if began is None else now - began)
+            return f"{_PREFIX}: {name} resumed: {len(event.recorded)}/{event.steps} steps recorded"
+        return f"{_PREFIX}: {name} started: {_count(event.steps, 'step')}"
 
     # --- text -----------------------------------------------------------------------------
 
     def _status(self, now: float) -> str:
-        """``12/40 done, 2 running (a, b), 1 failed, 1m02s, 12,345 tokens in 8 calls``."""
-        parts = [f"{len(self._done)}/{self._total} done"]
-        if self._skipped:
-            parts[0] += f" ({len(self._skipped)} skipped)"
-        if self._running:
-            parts.append(f"{len(self._running)} running ({_names(self._running)})")
-        parts.extend(
-            f"{name}: {state.items_text()}"
-            for name, state in list(self._maps.items())[:_SHOWN_NAMES]
-        )
+        """``12/40 done, 2 running (a, sub: 1/3 done), 1 failed, 1m02s, 12,345 tokens in 8 calls``.
+
+        The counts are those of the run followed; a running sub-workflow step shows its
+        child's count, and the tokens are the whole run's.
+        """
+        root = self._root
+        parts = root.status_parts()
         if self._waiting:
             parts.append(f"waiting for: {_names(self._waiting)}")
-        if self._failed:
-            parts.append(f"{len(self._failed)} failed")
+        if root.failed:
+            parts.append(f"{len(root.failed)} failed")
         parts.append(_duration(0.0 if self._started is None else now - self._started))
         cost = self._cost
         if cost.total_tokens or cost.llm_calls:
@@ -394,12 +408,3 @@ class ConsoleProgress:
         # type name. The reporter's own line breaks and carriage returns stay.
         self._stream.write(one_line(text, keep="\r\n"))
         self._stream.flush()
-
-
-def _names(names: Iterable[str]) -> str:
-    """``a, b, c, +2 more``: the first few names, in order, and how many more there are."""
-    shown = list(names)
-    text = ", ".join(shown[:_SHOWN_NAMES])
-    if len(shown) > _SHOWN_NAMES:
-        text += f", +{len(shown) - _SHOWN_NAMES} more"
-    return text

@@ -1055,10 +1055,12 @@ def test_inspect_json(cli: Callable[..., Outcome], tmp_path: Path) -> None:
         "context_keys": ["lang", "text"],
         "cost": {"input_tokens": 120, "output_tokens": 4, "llm_calls": 1},
         "recorded": ["words", "count"],
+        "done": 2,
         "total": 4,
         "pending": ["translate", "report"],
         "unknown": [],
         "failed": {"translate": NO_LANG},
+        "failed_items": {},
         "skipped": {},
         "progress": {"translate": '{"done": 1}'},
         "items": {},
@@ -1529,7 +1531,9 @@ def test_inspect_lists_the_runs_of_a_database_then_shows_one(
     assert lines[:2] == ["database: sqlite:///runs.db", "runs: 2"]
     assert lines[2].startswith("  b: seq 4, 4 recorded, 0 failed, saved ")
     assert lines[3].startswith("  a: seq 3, 2 recorded, 1 failed, saved ")
-    assert lines[4] == "inspect one with: executionkit inspect 'sqlite:///runs.db?run_id=RUN_ID'"
+    # The latest run, so that the command works as printed (tests/test_cli_issue19.py runs it).
+    assert lines[4].startswith("inspect one with: ")
+    assert lines[4].endswith(" inspect 'sqlite:///runs.db?run_id=b'")
     one = cli("inspect", "sqlite:///runs.db?run_id=a", "--json")
     assert one.code == 0, one.err
     assert json.loads(one.out)["run_id"] == "a"
@@ -1545,7 +1549,7 @@ def test_inspect_lists_the_runs_of_a_database_then_shows_one(
             ("run", LOCATED, "--checkpoint", "sqlite:///runs.db", TEXT, "--input", "lang=fr"),
             (
                 "--checkpoint sqlite:///runs.db: name the run in the database, as in "
-                "sqlite:///runs.db?run_id=NAME"
+                "'sqlite:///runs.db?run_id=NAME'"
             ),
         ),
         (
@@ -1670,7 +1674,7 @@ def test_inspect_and_graph_show_skipped_steps(cli: Callable[..., Outcome], tmp_p
     ran = cli("run", "branches:workflow", "--checkpoint", "run.json")
     assert ran.code == 0, ran.err
     text = cli("inspect", "run.json", "--workflow", "branches:workflow").out.splitlines()
-    assert "steps       2 of 4 recorded, 2 skipped" in text
+    assert "steps       4 of 4 recorded (2 skipped)" in text
     assert "pending     (none)" in text
     at = text.index("skipped     summarize: condition is_long returned False")
     assert text[at + 1] == "            polish: dependency 'summarize' was skipped"

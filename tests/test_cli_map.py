@@ -130,10 +130,11 @@ def test_a_failed_item_is_named_and_the_saved_items_are_counted(failed_run: Outc
         and "RuntimeError: model overloaded on gamma; " in line
         for line in lines
     ), lines
-    assert lines[-2].startswith(
+    assert lines[-3].startswith(
         "executionkit: step summaries failed: ExceptionGroup: map step 'summaries': 1 of 4 "
         "items failed ('2')"
     )
+    assert lines[-2] == "executionkit:   item 2: RuntimeError: model overloaded on gamma"
     assert lines[-1] == (
         "executionkit: checkpoint saved to run.json (seq 4, 1 of 3 steps, 2 items of summaries "
         "recorded); run again with the same --checkpoint to resume"
@@ -168,10 +169,13 @@ def test_inspect_with_the_workflow_knows_how_many_items_there_are(
 def test_inspect_json_counts_the_items(cli: Callable[..., Outcome], failed_run: Outcome) -> None:
     usage = {"input_tokens": 200, "output_tokens": 20, "llm_calls": 2}
     alone = json.loads(cli("inspect", "run.json", "--json").out)
-    assert alone["items"] == {"summaries": {"recorded": 2, "total": None, "cost": usage}}
+    keys = ["0", "1"]
+    assert alone["items"] == {
+        "summaries": {"recorded": 2, "total": None, "cost": usage, "keys": keys}
+    }
     both = cli("inspect", "run.json", "--json", "--workflow", "chunks:workflow")
     assert json.loads(both.out)["items"] == {
-        "summaries": {"recorded": 2, "total": 4, "cost": usage}
+        "summaries": {"recorded": 2, "total": 4, "cost": usage, "keys": keys}
     }
 
 

@@ -34,7 +34,7 @@ from executionkit._cli._graph import dot, graph_command, mermaid, step_statuses
 from executionkit._cli._inspect import describe, inspect_command
 from executionkit._cli._parser import build_parser
 from executionkit._cli._run import run_command
-from executionkit._cli._text import PREVIEW_CHARS, say
+from executionkit._cli._text import PREVIEW_CHARS, invocation, say
 
 if TYPE_CHECKING:
     import argparse
@@ -72,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "demo":
             from executionkit._demo import run_demo  # noqa: PLC0415 - keep CLI start-up light
 
-            return run_demo(delay=not args.no_delay, command=_invocation())
+            return run_demo(delay=not args.no_delay, command=invocation())
         command = _COMMANDS[args.command]
         return command(args)
     except CliError as exc:
@@ -90,17 +90,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
         return EXIT_BROKEN_PIPE
-
-
-def _invocation() -> str:
-    """How this command line was started, for the commands it suggests running next.
-
-    ``python -m executionkit`` runs where the ``executionkit`` script may not be on
-    PATH (a virtual environment that is not activated), so it is named in full.
-    """
-    import shlex  # noqa: PLC0415
-    from pathlib import Path  # noqa: PLC0415
-
-    if Path(sys.argv[0]).name == "__main__.py":
-        return f"{shlex.quote(sys.executable)} -m executionkit"
-    return "executionkit"

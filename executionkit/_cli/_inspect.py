@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING, Any
 
 from executionkit._cli._exits import EXIT_OK, CliError
 from executionkit._cli._load import load_workflow
-from executionkit._cli._location import DatabaseLocation, parse_location
-from executionkit._cli._maps import items_text, unfinished_maps
+from executionkit._cli._location import PASSWORD, DatabaseLocation, parse_location
+from executionkit._cli._maps import failed_items, items_text, recorded_steps, unfinished_maps
 from executionkit._cli._questions import expired, now, question_block
-from executionkit._cli._text import json_document, out, preview
+from executionkit._cli._text import invocation, json_document, out, preview
 from executionkit._questions import waiting_in
 from executionkit._terminal import one_line, show
 
@@ -59,7 +60,7 @@ def _list_runs(location: DatabaseLocation, *, as_json: bool) -> int:
             {
                 "run_id": run_id,
                 "seq": checkpoint.seq,
-                "recorded": len(checkpoint.outputs),
+                "recorded": recorded_steps(checkpoint, None),
                 "failed": len(checkpoint.errors),
                 "waiting": len(waiting_in(checkpoint)),
                 "created_at": checkpoint.created_at,
@@ -81,9 +82,22 @@ def _list_runs(location: DatabaseLocation, *, as_json: bool) -> int:
         for run in runs
     )
     if runs:
-        lines.append(f"inspect one with: executionkit inspect '{location.label}?run_id=RUN_ID'")
-    out("\n".join(lines) + "\n")
+        lines.extend(_inspect_one(location, runs[0]["run_id"]))
+    out("\n".join(lines))
     return EXIT_OK
+
+
+def _inspect_one(location: DatabaseLocation, run_id: str) -> list[str]:
+    """The command that inspects ``run_id``, as it works when pasted into a shell.
+
+    The URL is the one given, with ``run_id`` added to its query; a password is
+    never printed, so a line after the command says where it goes.
+    """
+    url, hidden = location.run_url(run_id)
+    lines = [f"inspect one with: {invocation()} inspect {one_line(shlex.quote(url))}"]
+    if hidden:
+        lines.append(f"(put the password in place of {PASSWORD}: it is never printed)")
+    return lines
 
 
 def _claimed_by(location: Location) -> dict[str, Any] | None:
@@ -115,11 +129,14 @@ def describe(
 
     Outputs and progress values appear as previews of at most `PREVIEW_CHARS`
     characters. ``total``, ``pending`` and ``unknown`` are None without a workflow.
+    ``done`` counts the steps recorded, skipped ones included (`recorded_steps`).
     ``skipped`` maps each step a condition skipped to the reason.
     ``items`` counts the recorded items of each unfinished map step, with their
-    token usage; its ``total`` is known only with the workflow, for a map over a
-    recorded step. ``waiting`` holds each question an ask step waits for an answer
-    to, whole, with when it was asked, its deadline and whether that has passed.
+    keys and token usage (None for a map of sub-workflows: their usage is only in
+    the total); its ``total`` is known only with the workflow, for a map over a
+    recorded step. ``failed_items`` holds the failed steps of each failed item of a
+    map of sub-workflows. ``waiting`` holds each question an ask step waits for an
+    answer to, whole, with when it was asked, its deadline and whether that has passed.
     """
     outputs = checkpoint.outputs
     names = list(outputs)
@@ -146,14 +163,21 @@ def describe(
         "context_keys": list(checkpoint.context_keys),
         "cost": _usage(cost),
         "recorded": names,
+        "done": recorded_steps(checkpoint, workflow),
         "total": total,
         "pending": pending,
         "unknown": unknown,
         "failed": dict(checkpoint.errors),
+        "failed_items": failed_items(checkpoint),
         "skipped": dict(checkpoint.skipped),
         "progress": {name: preview(value) for name, value in checkpoint.progress.items()},
         "items": {
-            name: {"recorded": items.recorded, "total": items.total, "cost": _usage(items.cost)}
+            name: {
+                "recorded": items.recorded,
+                "total": items.total,
+                "cost": None if items.cost is None else _usage(items.cost),
+                "keys": list(items.keys),
+            }
             for name, items in unfinished_maps(checkpoint, workflow).items()
         },
         "waiting": {
@@ -175,16 +199,15 @@ def describe_text(summary: Mapping[str, Any]) -> str:
     for label, value in _heading(summary):
         field(label, value)
     field("tokens", _usage_text(summary["cost"]))
-    recorded = len(summary["recorded"])
     if summary["total"] is None:
-        field("steps", f"{recorded} recorded (--workflow MODULE:ATTR shows the total)")
+        field("steps", _steps_text(summary))
     else:
         field("steps", _steps_text(summary))
         field("pending", ", ".join(map(show, summary["pending"])) or "(none)")
         if summary["unknown"]:
             names = ", ".join(map(show, summary["unknown"]))
             field("unknown", f"{names} (recorded, but not a step of the workflow)")
-    field("failed", *(f"{show(name)}: {one_line(e)}" for name, e in summary["failed"].items()))
+    field("failed", *_failed_lines(summary))
     if summary["skipped"]:
         skips = summary["skipped"].items()
         field("skipped", *(f"{show(name)}: {one_line(reason)}" for name, reason in skips))
@@ -222,14 +245,38 @@ def _heading(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def _steps_text(summary: Mapping[str, Any]) -> str:
-    """``2 of 4 recorded, 1 skipped, 1 waiting for an answer``, knowing the workflow."""
-    recorded = len(summary["recorded"]) - len(summary["unknown"])
-    text = f"{recorded} of {summary['total']} recorded"
-    if summary["skipped"]:
-        text += f", {len(summary['skipped'])} skipped"
+    """``3 of 4 recorded (1 skipped), 1 waiting for an answer``: skipped steps are recorded.
+
+    Without the workflow, ``3 recorded (1 skipped; --workflow MODULE:ATTR shows the total)``.
+    """
+    skipped = len(summary["skipped"])
+    if summary["total"] is None:
+        notes = [f"{skipped} skipped"] if skipped else []
+        notes.append("--workflow MODULE:ATTR shows the total")
+        return f"{summary['done']} recorded ({'; '.join(notes)})"
+    text = f"{summary['done']} of {summary['total']} recorded"
+    if skipped:
+        text += f" ({skipped} skipped)"
     if summary["waiting"]:
         text += f", {len(summary['waiting'])} waiting for an answer"
     return text
+
+
+_SHOWN_FAILED_ITEMS = 3
+
+
+def _failed_lines(summary: Mapping[str, Any]) -> list[str]:
+    """Each failed step and its error, then the first failed items of a map, with why."""
+    lines: list[str] = []
+    for name, error in summary["failed"].items():
+        lines.append(f"{show(name)}: {one_line(error)}")
+        items = list(summary["failed_items"].get(name, {}).items())
+        for key, steps in items[:_SHOWN_FAILED_ITEMS]:
+            why = "; ".join(f"{show(step)}: {one_line(text)}" for step, text in steps.items())
+            lines.append(f"  item {show(key)}: {why}")
+        if len(items) > _SHOWN_FAILED_ITEMS:
+            lines.append(f"  and {len(items) - _SHOWN_FAILED_ITEMS} more items failed")
+    return lines
 
 
 def _waiting_lines(waiting: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -251,6 +298,8 @@ def _usage(cost: TokenUsage) -> dict[str, int]:
 def _items_text(name: str, items: Mapping[str, Any]) -> str:
     """``summaries: 3 of 4 items recorded (300 in + 30 out = 330 tokens, 3 LLM calls)``."""
     counted = items_text(items["recorded"], items["total"])
+    if items["cost"] is None:  # a map of sub-workflows: counted in the total as it was spent
+        return f"{show(name)}: {counted} (their tokens are in the run's total)"
     return f"{show(name)}: {counted} ({_usage_text(items['cost'])})"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import stat
 import sys
 from typing import TYPE_CHECKING, Any
@@ -104,17 +105,7 @@ def load_checkpoint(path: Path, *, missing_ok: bool) -> WorkflowCheckpoint | Non
             return None
         msg = f"{path}: holds no checkpoint (the file is empty)"
         raise CliError(msg)
-    try:
-        parsed = parse_json(text)
-    except json.JSONDecodeError as exc:
-        msg = (
-            f"{path}: not a checkpoint file: invalid JSON at line {exc.lineno} column "
-            f"{exc.colno} ({exc.msg})"
-        )
-        raise CliError(msg) from None
-    except ValueError as exc:
-        msg = f"{path}: not a checkpoint file: {exc}"
-        raise CliError(msg) from None
+    parsed = _parsed(path, text)
     try:
         return WorkflowCheckpoint.from_dict(parsed)
     except ValueError as exc:  # CheckpointFormatError: a missing or malformed field
@@ -123,6 +114,84 @@ def load_checkpoint(path: Path, *, missing_ok: bool) -> WorkflowCheckpoint | Non
     except RecursionError:  # validating walks the outputs
         msg = f"{path}: not a checkpoint file: {_TOO_DEEP}"
         raise CliError(msg) from None
+
+
+def _parsed(path: Path, text: str) -> object:
+    """The JSON of the checkpoint file ``path``, or a `CliError` saying why it is none."""
+    try:
+        return parse_json(text)
+    except json.JSONDecodeError as exc:
+        msg = (
+            f"{path}: not a checkpoint file: invalid JSON at line {exc.lineno} column "
+            f"{exc.colno} ({exc.msg})"
+        )
+        if exc.msg == "Extra data" and _is_lines_file(text):
+            msg += (
+                "; it holds JSON Lines, as JsonLinesStore writes them: give it a .jsonl name "
+                "to read it"
+            )
+        raise CliError(msg) from None
+    except ValueError as exc:
+        msg = f"{path}: not a checkpoint file: {exc}"
+        raise CliError(msg) from None
+
+
+def load_lines_checkpoint(path: Path, *, missing_ok: bool) -> WorkflowCheckpoint | None:
+    """The latest checkpoint the JSON Lines file ``path`` holds (`JsonLinesStore`).
+
+    The file is checked as `load_checkpoint` checks one (a FIFO or a device is bad
+    input, never read) before the store reads it. A file holding one whole JSON
+    checkpoint, as ``--checkpoint FILE.jsonl`` wrote it before it chose the store by
+    the name, is refused with the rename that reads it: the store would take it for
+    a torn line, and the next save would cut it off.
+    """
+    from executionkit._errors import ExecutionKitError  # noqa: PLC0415
+    from executionkit.stores import JsonLinesStore  # noqa: PLC0415
+
+    data = _read_regular_file(path, str(path))
+    if data is None or not data.strip():
+        if missing_ok:
+            return None
+        msg = f"{path}: no such file" if data is None else f"{path}: holds no checkpoint"
+        raise CliError(msg)
+    if _is_json_checkpoint(data):
+        renamed = path.with_suffix(".json")
+        if renamed.exists():
+            renamed = path.with_name(f"{path.stem}.from-jsonl.json")
+        msg = (
+            f"{path}: holds one JSON checkpoint, not JSON Lines (as --checkpoint FILE.jsonl "
+            f"wrote it before); rename it to resume from it: "
+            f"mv {shlex.quote(str(path))} {shlex.quote(str(renamed))}"
+        )
+        raise CliError(msg)
+    try:
+        checkpoint = JsonLinesStore(path).load()
+    except (ExecutionKitError, ValueError, OSError, RecursionError) as exc:
+        text = error_text(exc).removeprefix(f"{type(exc).__name__}: ")
+        msg = text if text.startswith(str(path)) else f"{path}: {text}"
+        raise CliError(msg) from None
+    if checkpoint is None and not missing_ok:
+        msg = f"{path}: holds no checkpoint (its only line is torn)"
+        raise CliError(msg)
+    return checkpoint
+
+
+def _is_json_checkpoint(data: bytes) -> bool:
+    """Whether ``data`` is one JSON object with a checkpoint's fields, not JSON Lines."""
+    try:
+        parsed = parse_json(data.decode("utf-8"))
+    except ValueError:  # not JSON (many lines), not UTF-8, or what the store will refuse
+        return False
+    return isinstance(parsed, dict) and "step_index" in parsed and "outputs" in parsed
+
+
+def _is_lines_file(text: str) -> bool:
+    """Whether the first line of ``text`` is a line `JsonLinesStore` writes."""
+    try:
+        first = parse_json(text.split("\n", 1)[0])
+    except ValueError:
+        return False
+    return isinstance(first, dict) and "s" in first and "n" in first
 
 
 def read_inputs(args: argparse.Namespace) -> dict[str, Any]:

@@ -1,25 +1,33 @@
-"""Where a command reads and writes checkpoints: a JSON file, or a run in a database.
+"""Where a command reads and writes checkpoints: a file, or a run in a database.
 
-A location is given as a path (a JSON file, as `JsonFileStore` writes it), or as
-a URL naming a database and, with ``?run_id=ID``, one run in it:
+A location is given as a path, or as a URL naming a database and, with
+``?run_id=ID``, one run in it:
 
+- a path ending in ``.jsonl``: a JSON Lines file (`JsonLinesStore`);
+- any other path: a JSON file (`JsonFileStore`), except that a path ending in
+  ``.db``, ``.sqlite`` or ``.sqlite3`` is refused, with the ``sqlite:///`` URL to
+  write instead (a database holds many runs: a path alone cannot name one);
 - ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db`` (`SQLiteStore`);
 - ``postgresql://user@host/dbname`` (`PostgresStore`, with the ``postgres`` extra).
 
 Every problem becomes a `CliError` naming the location as it was given (a
 password in a PostgreSQL URL is never shown). A location also says who claims
-its run (``owner``), when its store reports owners (``reports_owners``).
+its run (``owner``), when its store reports owners (``reports_owners``). A
+database's `DatabaseLocation.run_url` is the URL of one run in it, for commands
+printed to be pasted.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+import shlex
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote, unquote_plus, urlencode, urlsplit
 
 from executionkit._cli._exits import CliError
-from executionkit._cli._load import load_checkpoint
+from executionkit._cli._load import load_checkpoint, load_lines_checkpoint
 from executionkit._cli._text import error_text
 
 if TYPE_CHECKING:
@@ -29,6 +37,9 @@ if TYPE_CHECKING:
     from executionkit._ownership import RunOwner
 
 _SCHEMES = ("sqlite", "postgresql", "postgres")
+_DATABASE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+PASSWORD = "PASSWORD"  # noqa: S105 - a placeholder, not a password
+"""What a printed command holds in place of a password: it is never printed."""
 
 
 class _Database(Protocol):
@@ -43,41 +54,48 @@ class _Database(Protocol):
 
 @dataclass(frozen=True)
 class FileLocation:
-    """A JSON checkpoint file."""
+    """A checkpoint file: JSON Lines when its name ends in ``.jsonl``, else JSON."""
 
     path: Path
     label: str
     run_id: None = None
 
+    @property
+    def lines(self) -> bool:
+        """Whether the file is JSON Lines (`JsonLinesStore`), by its name."""
+        return self.path.suffix.lower() == ".jsonl"
+
     def load(self, *, missing_ok: bool) -> WorkflowCheckpoint | None:
         """The checkpoint in the file; None if there is none and ``missing_ok``."""
+        if self.lines:
+            return load_lines_checkpoint(self.path, missing_ok=missing_ok)
         return load_checkpoint(self.path, missing_ok=missing_ok)
 
     def writer(self, flag: str) -> Callable[[WorkflowCheckpoint], object]:
-        """A ``checkpoint_fn`` that writes the file atomically."""
-        from executionkit.stores import JsonFileStore  # noqa: PLC0415
-
+        """A ``checkpoint_fn`` that writes the file (atomically, or by appending lines)."""
         if not self.path.parent.is_dir():
             msg = f"{flag} {self.label}: folder {self.path.parent} does not exist"
             raise CliError(msg)
-        return JsonFileStore(self.path)
+        return self._store()
 
     def reports_owners(self) -> bool:
         """Whether the file's store can say who claims it (`owner`)."""
-        from executionkit.stores import JsonFileStore  # noqa: PLC0415
-
-        return callable(getattr(JsonFileStore, "owner", None))
+        return callable(getattr(self._store(), "owner", None))
 
     def owner(self) -> RunOwner | None:
         """The live process that claims the file now, or None (also if no one can tell)."""
         from executionkit._errors import ExecutionKitError  # noqa: PLC0415
-        from executionkit.stores import JsonFileStore  # noqa: PLC0415
 
         try:
-            return _owner_of(JsonFileStore(self.path), None)
+            return _owner_of(self._store(), None)
         except (ExecutionKitError, OSError) as exc:  # a claim file that is not one
             msg = f"{self.label}: {error_text(exc)}"
             raise CliError(msg) from None
+
+    def _store(self) -> Callable[[WorkflowCheckpoint], object]:
+        from executionkit.stores import JsonFileStore, JsonLinesStore  # noqa: PLC0415
+
+        return JsonLinesStore(self.path) if self.lines else JsonFileStore(self.path)
 
 
 @dataclass(frozen=True)
@@ -88,6 +106,8 @@ class DatabaseLocation:
     scheme: str
     target: str  # the SQLite file, or the PostgreSQL connection string without run_id
     run_id: str | None
+    # The URL as given, without its run_id (and its password: never shown, never compared).
+    given: str = field(default="", compare=False, repr=False)
 
     def store(self) -> _Database:
         """The store for this database; `CliError` if it cannot be opened."""
@@ -115,12 +135,25 @@ class DatabaseLocation:
     def named_run(self, flag: str) -> str:
         """The run_id given with ``?run_id=``, or a `CliError` asking for it."""
         if self.run_id is None:
+            url, hidden = self.run_url("NAME")
             msg = (
-                f"{flag} {self.label}: name the run in the database, as in "
-                f"{self.label}?run_id=NAME"
+                f"{flag} {self.label}: name the run in the database, as in {shlex.quote(url)}"
+                + (f" (with the password in place of {PASSWORD})" if hidden else "")
             )
             raise CliError(msg)
         return self.run_id
+
+    def run_url(self, run_id: str) -> tuple[str, bool]:
+        """The URL of run ``run_id`` in this database, and whether a password was left out.
+
+        It is the URL as given, its query kept and ``run_id`` added to it (escaped),
+        so that a command holding it works when pasted. A password is never printed:
+        `PASSWORD` stands in its place, and the second value says so.
+        """
+        url = self.given or self.label
+        url, hidden = _without_password(url)
+        separator = "&" if "?" in url else "?"
+        return f"{url}{separator}run_id={quote(run_id, safe='')}", hidden
 
     def load(self, *, missing_ok: bool) -> WorkflowCheckpoint | None:
         """The latest checkpoint of the named run; None if there is none and ``missing_ok``."""
@@ -182,7 +215,7 @@ def parse_location(text: str) -> Location:
     """What ``text`` names: a database URL (by its scheme) or else a file path."""
     scheme, colon, _ = text.partition(":")
     if not colon or scheme.lower() not in _SCHEMES:
-        return FileLocation(Path(text), text)
+        return _file(text)
     try:
         parts = urlsplit(text)
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number
@@ -203,6 +236,7 @@ def parse_location(text: str) -> Location:
     rest = text.split("?", 1)[0].split("#", 1)[0]
     target = f"{rest}?{urlencode(others)}" if others else rest
     label = _hidden(target)
+    given = _without_run_id(text)
     if parts.scheme.lower() == "sqlite":
         if parts.netloc or others or not parts.path.startswith("/") or parts.path == "/":
             msg = (
@@ -210,15 +244,61 @@ def parse_location(text: str) -> Location:
                 f"or sqlite:////absolute/path.db, then ?run_id=NAME to name a run"
             )
             raise CliError(msg)
-        return DatabaseLocation(label, "sqlite", parts.path[1:], run_id)
-    return DatabaseLocation(label, "postgresql", target, run_id)
+        return DatabaseLocation(label, "sqlite", parts.path[1:], run_id, given)
+    return DatabaseLocation(label, "postgresql", target, run_id, given)
+
+
+def _file(text: str) -> FileLocation:
+    """The file ``text`` names; a database file by its name is refused with the URL to write."""
+    path = Path(text)
+    if path.suffix.lower() in _DATABASE_SUFFIXES:
+        url = f"sqlite:///{text}"  # an absolute path makes the four slashes SQLite URLs want
+        msg = (
+            f"{text}: an SQLite database, by its extension; name a run in it as "
+            f"{shlex.quote(f'{url}?run_id=NAME')} (inspect {shlex.quote(url)} lists its runs)"
+        )
+        raise CliError(msg)
+    return FileLocation(path, text)
+
+
+def _without_run_id(text: str) -> str:
+    """The URL ``text`` as given, without its ``run_id`` parameter and fragment."""
+    base, _, query = text.split("#", 1)[0].partition("?")
+    kept = [pair for pair in query.split("&") if pair and not _is_run_id(pair)]
+    return f"{base}?{'&'.join(kept)}" if kept else base
+
+
+def _is_run_id(pair: str) -> bool:
+    return unquote_plus(pair.partition("=")[0]) == "run_id"
+
+
+_QUERY_PASSWORD = re.compile(r"(?<=[?&])(password=)[^&#]+")
+
+
+def _without_password(url: str) -> tuple[str, bool]:
+    """``url`` with a password (after ``user:``, or ``password=``) replaced by `PASSWORD`."""
+    scheme, sep, rest = url.partition("://")
+    netloc, slash, path = rest.partition("/")
+    user, at, host = netloc.rpartition("@")
+    name, colon, password = user.partition(":")
+    hidden = False
+    if sep and at and colon and password:
+        url = f"{scheme}{sep}{name}:{PASSWORD}@{host}{slash}{path}"
+        hidden = True
+    url, count = _QUERY_PASSWORD.subn(rf"\g<1>{PASSWORD}", url)
+    return url, hidden or count > 0
 
 
 def _hidden(text: str) -> str:
-    """``text`` with the password of a URL (between ``user:`` and ``@``) shown as ``***``."""
+    """``text`` with the password of a URL (``user:...@``, ``password=...``) shown as ``***``.
+
+    An empty password (``user:@``) is shown as it is: there is nothing to hide.
+    """
+    text = _QUERY_PASSWORD.sub(r"\g<1>***", text)
     scheme, sep, rest = text.partition("://")
     netloc, slash, path = rest.partition("/")
     user, at, host = netloc.rpartition("@")
-    if not sep or not at or ":" not in user:
+    name, colon, password = user.partition(":")
+    if not sep or not at or not colon or not password:
         return text
-    return f"{scheme}{sep}{user.split(':', 1)[0]}:***@{host}{slash}{path}"
+    return f"{scheme}{sep}{name}:***@{host}{slash}{path}"

@@ -1,4 +1,7 @@
-"""What a checkpoint records of unfinished map steps, for ``inspect``, ``graph`` and ``run``."""
+"""What a checkpoint records of unfinished map steps, for ``inspect``, ``graph`` and ``run``.
+
+Also how many steps it records, counted one way for every command (`recorded_steps`).
+"""
 
 from __future__ import annotations
 
@@ -22,12 +25,16 @@ class MapItems:
         total: How many items the map has, when the checkpoint tells: the map is
             over a step whose output it records. None without the workflow, or
             when the items come from the initial context (never stored).
-        cost: The recorded items' token usage (already in the checkpoint's ``cost``).
+        cost: The recorded items' token usage (already in the checkpoint's ``cost``);
+            None for a map of sub-workflows, whose items' usage the checkpoint
+            counts only in its total, as it was spent.
+        keys: The keys of the recorded items, in the checkpoint's order.
     """
 
     recorded: int
     total: int | None
-    cost: TokenUsage
+    cost: TokenUsage | None
+    keys: tuple[str, ...] = ()
 
     def text(self) -> str:
         """``3 of 4 items recorded``, or ``3 items recorded`` when the total is unknown."""
@@ -46,9 +53,50 @@ def unfinished_maps(
 ) -> dict[str, MapItems]:
     """Each map with items in ``checkpoint``, in the checkpoint's order."""
     return {
-        name: MapItems(len(entry["outputs"]), _total(name, checkpoint, workflow), entry["cost"])
+        name: MapItems(
+            len(entry["outputs"]),
+            _total(name, checkpoint, workflow),
+            None if _of_workflows(name, checkpoint, workflow) else entry["cost"],
+            tuple(entry["outputs"]),
+        )
         for name, entry in checkpoint.items.items()
     }
+
+
+def recorded_steps(checkpoint: WorkflowCheckpoint, workflow: Workflow | None) -> int:
+    """How many steps ``checkpoint`` records: those with an output and those skipped.
+
+    The one way every command counts, as `ConsoleProgress` counts steps done (a
+    condition's skip is recorded, so that a resume never asks again). With the
+    workflow, only its steps count; without it, an ExecutionKit 0.4 checkpoint
+    counts its ``step_index`` (its outputs held the initial context too).
+    """
+    from executionkit._checkpoint import LEGACY_VERSION  # noqa: PLC0415
+
+    if workflow is None and checkpoint.version == LEGACY_VERSION:
+        return checkpoint.step_index
+    names = {*checkpoint.outputs, *checkpoint.skipped}
+    if workflow is not None:
+        names &= {step.name for step in workflow.steps}
+    return len(names)
+
+
+def failed_items(checkpoint: WorkflowCheckpoint) -> dict[str, dict[str, dict[str, str]]]:
+    """For each map of sub-workflows, its items' failed steps: ``{map: {key: {step: error}}}``.
+
+    Only sub-workflows keep a checkpoint of their own while their map is unfinished,
+    so only theirs say why an item failed; a plain item's error is in ``run``'s output.
+    """
+    found: dict[str, dict[str, dict[str, str]]] = {}
+    for name, entry in checkpoint.children.items():
+        failed = {
+            key: dict(child.errors)
+            for key, child in entry.get("items", {}).items()
+            if child.errors
+        }
+        if failed:
+            found[name] = failed
+    return found
 
 
 def map_sources(workflow: Workflow) -> dict[str, str]:
@@ -56,6 +104,20 @@ def map_sources(workflow: Workflow) -> dict[str, str]:
     from executionkit._step_kinds import MapStep  # noqa: PLC0415 - only the commands that draw maps
 
     return {step.name: step.over for step in workflow.steps if isinstance(step, MapStep)}
+
+
+def _of_workflows(name: str, checkpoint: WorkflowCheckpoint, workflow: Workflow | None) -> bool:
+    """Whether the map ``name`` runs a workflow per item, as far as ``checkpoint`` tells."""
+    from executionkit._workflow import Workflow  # noqa: PLC0415
+
+    if "items" in checkpoint.children.get(name, {}):
+        return True
+    step = (
+        None
+        if workflow is None
+        else next((step for step in workflow.steps if step.name == name), None)
+    )
+    return step is not None and isinstance(step.run, Workflow)
 
 
 def _total(name: str, checkpoint: WorkflowCheckpoint, workflow: Workflow | None) -> int | None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from executionkit import __version__
+
 _EXIT_CODES = """\
 exit codes:
   0    done
@@ -56,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"executionkit {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     demo = commands.add_parser(
         "demo",
@@ -83,8 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--checkpoint",
         metavar="FILE",
         help=(
-            "JSON file (or database run, sqlite:///path.db?run_id=NAME) to write "
-            "checkpoints to, and to resume from when it holds one"
+            "JSON file (JSON Lines when it ends in .jsonl; or a database run, "
+            "sqlite:///path.db?run_id=NAME) to write checkpoints to, and to resume from "
+            "when it holds one"
         ),
     )
     run.add_argument(
@@ -142,8 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
         "file",
         metavar="FILE",
         help=(
-            "the checkpoint file (JSON), or a database run (sqlite:///path.db?run_id=NAME); "
-            "a database without ?run_id= lists its runs"
+            "the checkpoint file (JSON, or JSON Lines when it ends in .jsonl), or a database "
+            "run (sqlite:///path.db?run_id=NAME); a database without ?run_id= lists its runs"
         ),
     )
     inspect.add_argument(

@@ -18,7 +18,7 @@ from executionkit._cli._exits import (
 )
 from executionkit._cli._load import load_workflow, read_inputs
 from executionkit._cli._location import DatabaseLocation, parse_location
-from executionkit._cli._maps import unfinished_maps
+from executionkit._cli._maps import recorded_steps, unfinished_maps
 from executionkit._cli._questions import GivenAnswers, now, pending_lines
 from executionkit._cli._text import error_text, json_document, out, say
 from executionkit._questions import waiting_in
@@ -33,6 +33,42 @@ if TYPE_CHECKING:
     from executionkit._errors import RunClaimedError, StaleCheckpointError
     from executionkit._result import WorkflowResult
     from executionkit._workflow import Workflow
+    from executionkit.events import Event
+
+_SHOWN_FAILED_ITEMS = 3  # of each map: their keys and errors, whole; then how many more
+
+
+class _Events:
+    """The run's ``on_event``: progress on stderr, and the failed items of the run's maps.
+
+    Only the run's own maps: a failed map in a sub-workflow is one failed step of
+    the sub-workflow, named in its error.
+    """
+
+    def __init__(self) -> None:
+        from executionkit.progress import ConsoleProgress  # noqa: PLC0415
+
+        self._progress = ConsoleProgress(sys.stderr)  # escapes names and messages itself
+        self._run_id: str | None = None
+        self.failed_items: dict[str, list[tuple[str, BaseException]]] = {}
+
+    def __call__(self, event: Event) -> None:
+        from executionkit.events import ItemFailed, RunStarted  # noqa: PLC0415
+
+        self._progress(event)
+        if isinstance(event, RunStarted) and self._run_id is None:
+            self._run_id = event.run_id
+        elif isinstance(event, ItemFailed) and event.run_id == self._run_id:
+            self.failed_items.setdefault(event.step, []).append((event.item, event.error))
+
+    def item_lines(self, step: str) -> list[str]:
+        """``  item 3: ValueError: ...`` for the first failed items of map ``step``."""
+        failed = self.failed_items.get(step, [])
+        lines = [f"  item {show(key)}: {error_text(error)}" for key, error in failed]
+        if len(failed) > _SHOWN_FAILED_ITEMS:
+            more = len(failed) - _SHOWN_FAILED_ITEMS
+            lines[_SHOWN_FAILED_ITEMS:] = [f"  and {more} more items failed"]
+        return lines
 
 
 class _Saver:
@@ -133,9 +169,8 @@ def _run(
 ) -> int:
     """Run ``workflow``; report how it ended and return the exit code."""
     from executionkit._errors import RunArgumentError, WorkflowFailed  # noqa: PLC0415
-    from executionkit.progress import ConsoleProgress  # noqa: PLC0415
 
-    total = len(workflow.steps)
+    events = _Events()
     try:
         result = workflow.run_sync(
             context,
@@ -147,7 +182,7 @@ def _run(
             metadata={"workflow": args.workflow} if resume is None else None,
             # Outputs that could not be written to the file fail their step at once.
             validate_json=label is not None,
-            on_event=ConsoleProgress(sys.stderr),  # escapes names and messages itself
+            on_event=events,
             rerun=args.rerun or None,
             unknown_steps="discard" if args.discard_unknown_steps else "error",
             # Steps are expensive: each one is saved as it completes, not with its batch.
@@ -158,24 +193,26 @@ def _run(
     except WorkflowFailed as failure:
         for name, error in failure.errors.items():
             say(f"step {show(name)} failed: {in_cli_terms(error_text(error), workflow)}")
-        say(_saved(label, saver, total))
+            for line in events.item_lines(name):
+                say(line)
+        say(_saved(label, saver, workflow))
         return EXIT_FAILED
     except KeyboardInterrupt:
-        say(f"interrupted; {_saved(label, saver, total)}")
+        say(f"interrupted; {_saved(label, saver, workflow)}")
         return EXIT_INTERRUPTED
     except SystemExit as exc:
         # run_sync raises SystemExit(143) for SIGTERM once it has checkpointed what
         # completed, as it raises KeyboardInterrupt for Ctrl-C; any other exit passes.
         if exc.code != EXIT_TERMINATED:
             raise
-        say(f"terminated; {_saved(label, saver, total)}")
+        say(f"terminated; {_saved(label, saver, workflow)}")
         return EXIT_TERMINATED
     except Exception as exc:
-        code = _stopped(exc, answers, label=label, resume=resume, saver=saver, total=total)
+        code = _stopped(exc, answers, label=label, resume=resume, saver=saver, workflow=workflow)
         if code is None:
             raise
         return code
-    return _ended(result, label, saver, total)
+    return _ended(result, label, saver, workflow)
 
 
 def _stopped(
@@ -185,7 +222,7 @@ def _stopped(
     label: str | None,
     resume: WorkflowCheckpoint | None,
     saver: _Saver,
-    total: int,
+    workflow: Workflow,
 ) -> int | None:
     """Report ``error`` that stopped the run and return the exit code; None if not ours.
 
@@ -218,19 +255,21 @@ def _stopped(
         )
     else:
         say(f"could not save the checkpoint to {label}: {error_text(error)}")
-        say(_saved(label, saver, total))
+        say(_saved(label, saver, workflow))
     return EXIT_FAILED
 
 
-def _ended(result: WorkflowResult, label: str | None, saver: _Saver, total: int) -> int:
+def _ended(result: WorkflowResult, label: str | None, saver: _Saver, workflow: Workflow) -> int:
     """Print the outputs of a run that finished (exit 0), or the questions it waits for."""
     if not result.pending:
         out(json_document(dict(result.outputs)))
         return EXIT_OK
-    return _suspended(result, label, saver, total)
+    return _suspended(result, label, saver, workflow)
 
 
-def _suspended(result: WorkflowResult, label: str | None, saver: _Saver, total: int) -> int:
+def _suspended(
+    result: WorkflowResult, label: str | None, saver: _Saver, workflow: Workflow
+) -> int:
     """Print the questions the run waits for, say what was saved, and return exit code 3."""
     last = saver.last
     asked = {} if last is None else waiting_in(last)  # by question path, as result.pending
@@ -249,7 +288,7 @@ def _suspended(result: WorkflowResult, label: str | None, saver: _Saver, total: 
             f"pass --checkpoint FILE to answer in a later run"
         )
     else:
-        say(f"waiting for answers to {names}; {_saved(label, saver, total, answer=True)}")
+        say(f"waiting for answers to {names}; {_saved(label, saver, workflow, answer=True)}")
     return EXIT_SUSPENDED
 
 
@@ -331,28 +370,30 @@ def _moved_on(
     )
 
 
-def _saved(label: str | None, saver: _Saver, total: int, *, answer: bool = False) -> str:
+def _saved(label: str | None, saver: _Saver, workflow: Workflow, *, answer: bool = False) -> str:
     """What this command saved to ``label``, if anything, and how to go on from there."""
     if label is None:
         return "nothing was saved; pass --checkpoint FILE to keep the steps that completed"
     again = "and --answer NAME=VALUE to answer" if answer else "to resume"
     if saver.saved is not None:
         return (
-            f"checkpoint saved to {label} ({_holding(saver.saved, total)}); run again with "
+            f"checkpoint saved to {label} ({_holding(saver.saved, workflow)}); run again with "
             f"the same --checkpoint {again}"
         )
     if saver.last is None:
         return f"nothing was saved to {label}"
     return (
-        f"nothing new was saved to {label} (it holds {_holding(saver.last, total)}); run "
+        f"nothing new was saved to {label} (it holds {_holding(saver.last, workflow)}); run "
         f"again with the same --checkpoint {again}"
     )
 
 
-def _holding(checkpoint: WorkflowCheckpoint, total: int) -> str:
-    """``seq 4, 1 of 3 steps, 2 items of summaries recorded``."""
+def _holding(checkpoint: WorkflowCheckpoint, workflow: Workflow) -> str:
+    """``seq 4, 1 of 3 steps, 2 items of summaries recorded`` (skipped steps are recorded)."""
     items = "".join(
         f", {entry.recorded:,} item{'' if entry.recorded == 1 else 's'} of {show(name)}"
         for name, entry in unfinished_maps(checkpoint, None).items()
     )
-    return f"seq {checkpoint.seq}, {checkpoint.step_index} of {total} steps{items} recorded"
+    recorded = recorded_steps(checkpoint, workflow)
+    total = len(workflow.steps)
+    return f"seq {checkpoint.seq}, {recorded} of {total} steps{items} recorded"

@@ -17,6 +17,20 @@ def say(line: str) -> None:
     sys.stderr.flush()
 
 
+def invocation() -> str:
+    """How this command line was started, for the commands it prints to be run next.
+
+    ``python -m executionkit`` runs where the ``executionkit`` script may not be on
+    PATH (a virtual environment that is not activated), so it is named in full.
+    """
+    import shlex  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    if Path(sys.argv[0]).name == "__main__.py":
+        return f"{shlex.quote(sys.executable)} -m executionkit"
+    return "executionkit"
+
+
 def out(text: str) -> None:
     """Write ``text`` and a newline to stdout."""
     sys.stdout.write(f"{text}\n")
