@@ -21,26 +21,22 @@ from executionkit._checkpoint_fields import (
     info_dict,
     int_text,
     newer_version,
-    read_children,
     read_context_keys,
     read_cost,
     read_count,
     read_dict,
     read_errors,
-    read_items,
-    read_new_items,
     read_new_outputs,
     read_outputs,
-    read_pending,
     read_progress,
     read_run_id,
-    read_skipped,
     read_step_info,
     read_timestamp,
     read_token_usage,
     read_version,
     usage_dict,
 )
+from executionkit._checkpoint_kinds import read_kinds, read_new_items
 from executionkit._errors import CheckpointFormatError, preview
 from executionkit._types import TokenUsage
 
@@ -187,12 +183,7 @@ class WorkflowCheckpoint:
             )
             raise CheckpointFormatError(msg, path="step_index")
         frozen_progress = guard("progress", lambda: read_progress(progress, version, outputs))
-        skipped = guard("skipped", lambda: read_skipped(later["skipped"], version, outputs))
-        items = guard("items", lambda: read_items(later["items"], version, outputs))
-        pending = guard("pending", lambda: read_pending(later["pending"], version, outputs))
-        children = guard(
-            "children", lambda: read_children(later["children"], version, outputs, _read_child)
-        )
+        skipped, items, pending, children = read_kinds(later, version, outputs, _read_child)
         others = {*skipped, *items, *pending, *children}
         frozen_info = guard(
             "step_info", lambda: read_step_info(info, version, outputs, frozen_progress, others)
@@ -265,7 +256,9 @@ class WorkflowCheckpoint:
         Raises:
             CheckpointFormatError: If anything is malformed: not a dict, a
                 missing or unexpected key, a wrong type (``bool`` is not an
-                int), a negative count, or a format version newer than this
+                int), a negative count, a time not in UTC, fields that
+                contradict one another (a skipped step with items, a pending
+                question or children), or a format version newer than this
                 library reads. The message and ``.path`` name the field. Also
                 raised, naming the field, when reading a field fails in any
                 other way: nesting deeper than Python recurses (a

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from executionkit._errors import RunArgumentError, did_you_mean
+from executionkit._errors import CheckpointMismatchError, RunArgumentError, did_you_mean
 from executionkit._plain import plain_copy
 
 if TYPE_CHECKING:
@@ -65,11 +65,49 @@ def asked(step: AskStep, question: object) -> MappingProxyType[str, Any]:
     """The pending entry of ``step`` asking ``question`` now (checked to be plain data)."""
     recorded = plain_copy(question, f"question of step {step.name!r}")
     now = utc_now()
-    lifetime = step.lifetime
-    expires = None if lifetime is None else (now + timedelta(seconds=lifetime)).isoformat()
+    expires = deadline(step, now)
     return MappingProxyType(
-        {"question": recorded, "asked_at": now.isoformat(), "expires_at": expires}
+        {
+            "question": recorded,
+            "asked_at": now.isoformat(),
+            "expires_at": None if expires is None else expires.isoformat(),
+        }
     )
+
+
+def deadline(step: AskStep, asked_at: datetime) -> datetime | None:
+    """When a question ``step`` asked at ``asked_at`` expires (None: never)."""
+    lifetime = step.lifetime
+    return None if lifetime is None else asked_at + timedelta(seconds=lifetime)
+
+
+def check_deadline(step: AskStep, entry: Mapping[str, Any]) -> None:
+    """Refuse a pending question whose ``expires_at`` is not its deadline as declared now.
+
+    A question's deadline is always ``asked_at`` plus the step's ``expires_after``
+    (never, without one); the recorded ``expires_at`` only repeats it, so a
+    checkpoint edited to extend or remove a deadline is refused, not trusted.
+
+    Raises:
+        CheckpointMismatchError: Naming the field, with ``rerun`` as the way out.
+    """
+    asked_at = entry["asked_at"]
+    expected = deadline(step, datetime.fromisoformat(asked_at))
+    recorded = entry["expires_at"]
+    if (None if recorded is None else datetime.fromisoformat(recorded)) == expected:
+        return
+    name = step.name
+    path = f"pending.{name}.expires_at"
+    if expected is None:
+        why = "has no expires_after, so its question never expires"
+    else:
+        why = f"asked at {asked_at} expires at {expected.isoformat()} (expires_after)"
+    msg = (
+        f"checkpoint field {path!r} is {recorded!r}, but step {name!r} "
+        f"{why}; a deadline comes from the step's expires_after, never from the checkpoint: "
+        f"pass rerun=[{name!r}] to ask again"
+    )
+    raise CheckpointMismatchError(msg)
 
 
 class Answers:

@@ -220,7 +220,14 @@ class Record:
         self.changes += 1
 
     def skip(self, position: int, reason: str) -> None:
-        """Hold the skip of the step at ``position`` until the next merge, like an output."""
+        """Hold the skip of the step at ``position`` until the next merge, like an output.
+
+        Items or a sub-workflow restored for it are dropped: a skipped step never
+        ran, and a checkpoint saying both is refused (``skipped.<step>``).
+        """
+        name = self.graph.names[position]
+        self.items.maps.pop(name, None)
+        self.children.latest.pop(name, None)
         self.skips.decide(position, reason)
         self.changes += 1
 

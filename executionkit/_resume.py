@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from executionkit._checkpoint import LEGACY_VERSION
+from executionkit._conditions import Conditions
 from executionkit._errors import CheckpointMismatchError
 from executionkit._graph import kind_of
 from executionkit._options import names_text
+from executionkit._questions import check_deadline
 from executionkit._types import TokenUsage
 
 if TYPE_CHECKING:
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
     from executionkit._graph import Graph
     from executionkit._options import UnknownSteps
     from executionkit._step import Step
+    from executionkit._step_kinds import AskStep
 
 
 @dataclass
@@ -117,6 +120,7 @@ def restore(
             invalidated[name] = f"recorded skip dropped: {invalidated[name]}"
         else:
             skipped[name] = recorded_skips[name]
+    _refuse_unexplained_skips(graph, skipped)
     fit = _Fit(graph, checkpoint, {*stored, *skipped}, rerun, invalidated)
     progress = fit.progress()
     items = fit.items()
@@ -137,6 +141,31 @@ def restore(
         discarded=discarded,
         skipped=skipped,
     )
+
+
+def _refuse_unexplained_skips(graph: Graph, skipped: dict[str, str]) -> None:
+    """Refuse a kept skip of a step that nothing in this workflow skips.
+
+    Only a step's ``when`` or its ``join`` rule over skipped dependencies skips
+    it (`Conditions`). A step with no ``when`` whose join rule does not skip it
+    would never run on resume: the checkpoint was edited, or the ``when`` that
+    skipped it was removed since, and ``rerun`` lets it run.
+    """
+    join_only = Conditions(graph, {}, {}, skipped)
+    for name in skipped:
+        position = graph.index[name]
+        step = graph.steps[position]
+        if step.when is not None or join_only.reason_to_skip(position) is not None:
+            continue
+        deps = [dep for dep in step.depends_on if dep in skipped]
+        msg = (
+            f"checkpoint field {f'skipped.{name}'!r} says step {name!r} was skipped, but "
+            f"nothing in this workflow skips it: it has no when condition, and its "
+            f"join={step.join!r} rule skips it for none of its dependencies recorded as "
+            f"skipped ({names_text(deps) or 'none'}); a resume would never run it: pass "
+            f"rerun=[{name!r}] to run it"
+        )
+        raise CheckpointMismatchError(msg)
 
 
 def _describe_version(version: str | None) -> str:
@@ -278,26 +307,64 @@ class _Fit:
         return kept
 
     def questions(self) -> dict[str, Mapping[str, Any]]:
-        """Pending questions that still fit their ask step; the others are asked again."""
-        return self.kept(
+        """Pending questions that still fit their ask step; the others are asked again.
+
+        Raises `CheckpointMismatchError` for a kept question whose recorded
+        deadline is not the step's (`check_deadline`).
+        """
+        graph = self.graph
+        kept = self.kept(
             self.checkpoint.pending,
             "pending question dropped",
-            self.graph.asks,
+            graph.asks,
             "it is not an ask step any more",
         )
+        for name, entry in kept.items():
+            check_deadline(cast("AskStep", graph.steps[graph.index[name]]), entry)
+        return kept
 
     def children(self) -> dict[str, Any]:
-        """The progress of sub-workflows that still fit their step; the rest start over."""
+        """The progress of sub-workflows that still fit their step; the rest start over.
+
+        Raises `CheckpointMismatchError` for kept progress of the other shape
+        than the step's: one checkpoint for a map of sub-workflows, or one per
+        item for a step that runs one sub-workflow.
+        """
+        graph = self.graph
         entries = self.kept(
             self.checkpoint.children,
             "sub-workflow progress dropped",
-            self.graph.workflows,
+            graph.workflows,
             "it does not run a workflow any more",
         )
+        for name, entry in entries.items():
+            is_map = graph.index[name] in graph.maps
+            if is_map == ("checkpoint" in entry):
+                raise CheckpointMismatchError(_unfit_children(name, is_map=is_map))
         return {
             name: entry["checkpoint"] if "checkpoint" in entry else dict(entry["items"])
             for name, entry in entries.items()
         }
+
+
+def _unfit_children(name: str, *, is_map: bool) -> str:
+    field, holds, runs = (
+        (
+            "checkpoint",
+            "one sub-workflow",
+            "is a map of sub-workflows, recorded under 'items' by item key",
+        )
+        if is_map
+        else (
+            "items",
+            "a sub-workflow per item",
+            "runs one sub-workflow, recorded under 'checkpoint'",
+        )
+    )
+    return (
+        f"checkpoint field {f'children.{name}.{field}'!r} holds {holds}, but step {name!r} "
+        f"{runs}; pass rerun=[{name!r}] to start it over"
+    )
 
 
 def _decode(step: Step, what: str, name: str, value: Any) -> Any:

@@ -649,19 +649,18 @@ async def test_a_recorded_skip_of_a_step_the_workflow_lacks() -> None:
     assert dict(result.skipped) == {}
 
 
-async def test_a_restored_skip_still_skips_dependants_when_the_condition_is_gone() -> None:
-    """A workflow whose condition was removed without a version bump keeps the recorded skip."""
+async def test_a_restored_skip_whose_condition_is_gone_is_refused_until_rerun() -> None:
+    """A recorded skip of a step nothing skips any more is refused (issue 19); rerun runs it."""
     saved: list[WorkflowCheckpoint] = []
     await Workflow([Step("a", lambda ctx: 1, when=lambda ctx: False)]).run(
         checkpoint_fn=saved.append
     )
     grown = Workflow([Step("a", lambda ctx: 1), Step("b", lambda ctx: 2, depends_on=("a",))])
-    result = await grown.run(resume_from=round_trip(saved[-1]))
-    assert dict(result.skipped) == {
-        "a": "condition <lambda> returned False",
-        "b": "dependency 'a' was skipped",
-    }
-    assert result.executed == ()
+    with pytest.raises(CheckpointMismatchError, match=r"^checkpoint field 'skipped\.a' says"):
+        await grown.run(resume_from=round_trip(saved[-1]))
+    result = await grown.run(resume_from=round_trip(saved[-1]), rerun=["a"])
+    assert dict(result.invalidated) == {"a": "recorded skip dropped: rerun requested"}
+    assert result.executed == ("a", "b")
 
 
 # --- interplay ------------------------------------------------------------------------------
