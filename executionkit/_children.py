@@ -7,6 +7,12 @@ keeps it under the step in ``children`` (`Children`), and the parent is
 checkpointed soon; the child goes on once that is done, so a crash inside a
 child loses at most the child's steps in flight. Its token usage is counted
 once, in the parent's total, as the child spends it.
+
+The parent's ``unknown_steps`` reaches the child, and so does ``rerun`` by
+path (``step/child step``; checked by `RunOptions.check`): a child resumed from
+its checkpoint reruns what the parent's ``rerun`` routes to it. What the child
+invalidates is noted in the parent's record by path (``step/child step``, for
+a map ``step/item key/child step``).
 """
 
 from __future__ import annotations
@@ -18,16 +24,18 @@ from executionkit._outcome import Unfinished
 from executionkit._policies import SHARED_SLOTS
 from executionkit._questions import join_path
 from executionkit._types import TokenUsage
+from executionkit.events import StepInvalidated
 
 if TYPE_CHECKING:
     import asyncio
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from executionkit._checkpoint import WorkflowCheckpoint
     from executionkit._checkpointer import Checkpointer
     from executionkit._options import RunOptions
     from executionkit._policies import Slots
     from executionkit._record import Record
+    from executionkit._result import WorkflowResult
     from executionkit._workflow import Workflow
 
 
@@ -43,7 +51,7 @@ def child_run_id(parent: str, step: str, key: str | None) -> str:
 class ChildRuns:
     """The parent's side of its sub-workflows: what each starts from, where its checkpoints go."""
 
-    __slots__ = ("_checkpointer", "_options", "_record", "_slots")
+    __slots__ = ("_checkpointer", "_options", "_record", "_rerun", "_slots")
 
     def __init__(
         self, record: Record, options: RunOptions, checkpointer: Checkpointer, slots: Slots
@@ -53,6 +61,8 @@ class ChildRuns:
         self._options = options
         self._checkpointer = checkpointer
         self._slots = slots
+        # What the run's rerun routes to each child, taken by the child's first start.
+        self._rerun = dict(options.rerun_within)
 
     def start(
         self, name: str, key: str | None
@@ -89,6 +99,9 @@ class ChildRuns:
             "executor": options.executor,
             "checkpoint_every": "step",
             "answers": record.children.take_answers(name, key),
+            "unknown_steps": options.unknown_steps,
+            # A child with nothing recorded runs whole: a rerun in it has nothing to do.
+            "rerun": self._rerun.pop((name, key), None) if resume is not None else None,
         }
         return resume, inherited
 
@@ -112,6 +125,9 @@ class ChildRuns:
         them by path, ``step/question``, and a resume answers them).
         """
         resume, options = self.start(name, key)
+        prefix = join_path(name) if key is None else join_path(name, key)
+        if options["on_event"] is not None:
+            options["on_event"] = self._noting(prefix, options["run_id"], options["on_event"])
 
         def saved(checkpoint: WorkflowCheckpoint) -> asyncio.Future[None]:
             # Awaited by the child: it goes on once its progress is in the parent's store.
@@ -127,8 +143,47 @@ class ChildRuns:
             return Unfinished(str(exc))  # the parent stops too, and says so
         finally:
             SHARED_SLOTS.reset(token)
+        if result.invalidated or result.discarded:
+            self._report(prefix, workflow, result)
         if result.pending:
             names = ", ".join(map(repr, result.pending))
             return Unfinished(f"the sub-workflow waits for answers to {names}")
         self._record.child_finished(name, key, result.cost)
         return dict(result.outputs)
+
+    def _report(self, prefix: str, workflow: Workflow, result: WorkflowResult) -> None:
+        """Note what the child invalidated and discarded in the parent's record, by path."""
+        record = self._record
+        own = {step.name for step in workflow.steps}
+
+        def path(inner: str) -> str:
+            # The child's own steps by name, its children's already by path.
+            return f"{prefix}/{join_path(inner) if inner in own else inner}"
+
+        for inner, reason in result.invalidated.items():
+            record.note_invalidated(path(inner), reason)
+        if result.discarded:
+            record.discarded = (*record.discarded, *map(path, result.discarded))
+
+    def _noting(
+        self, prefix: str, run_id: str, on_event: Callable[[Any], object]
+    ) -> Callable[[Any], object]:
+        """``on_event`` for a child: notes its invalidated steps in the parent's record too.
+
+        A child that raises returns no result to read them from, and the parent
+        raises then too: this way its `RunFailed` lists them all the same. A
+        grandchild's run_id extends the child's by its path.
+        """
+        note = self._record.note_invalidated
+        below = f"{run_id}/"
+
+        def forward(event: object) -> object:
+            if type(event) is StepInvalidated:
+                step = join_path(event.step)
+                if event.run_id == run_id:
+                    note(f"{prefix}/{step}", event.reason)
+                elif event.run_id.startswith(below):
+                    note(f"{prefix}/{event.run_id.removeprefix(below)}/{step}", event.reason)
+            return on_event(event)
+
+        return forward

@@ -7,29 +7,36 @@ can be tested with tables. The runner only asks "what may start now?" and says
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import replace
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from executionkit._errors import WorkflowDefinitionError, did_you_mean
 from executionkit._step import Step, is_async_callable, is_workflow
 from executionkit._step_kinds import AskStep, MapStep
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from executionkit._workflow import Workflow
+
+# What a map of sub-workflows adds to each item's initial context.
+ITEM_KEYS = ("item", "item_key")
 
 
 class Graph:
     """Steps indexed by declaration order, with edges both ways.
 
     Raises `WorkflowDefinitionError` for anything that is not a step, duplicate
-    names, unknown dependencies and cycles.
+    names, unknown dependencies and cycles; for a sub-workflow (at any depth)
+    with a step named like a key its initial context holds; and, when
+    ``inputs`` are declared, for a map whose ``over`` names neither a step nor
+    one of them.
     """
 
     __slots__ = (
         "asks",
         "conditional",
+        "context_maps",
         "dependencies",
         "dependents",
         "encoded",
@@ -39,6 +46,7 @@ class Graph:
         "levels",
         "maps",
         "names",
+        "nested",
         "plain",
         "plain_items",
         "step_info",
@@ -102,6 +110,17 @@ class Graph:
         )
         # Initial-context keys every run must be given.
         self.inputs: tuple[str, ...] = self._checked_inputs(inputs)
+        # Maps whose items come from the initial context: over names no step. Those a
+        # condition may skip are left out: "run only when the items were given" is fine.
+        self.context_maps = tuple(
+            p
+            for p in sorted(self.maps)
+            if cast("MapStep", self.steps[p]).over not in self.index and p not in self.conditional
+        )
+        if self.inputs:
+            self._check_overs()
+        # Every sub-workflow below this one, at any depth.
+        self.nested: tuple[Nested, ...] = self._nested()
 
     def __len__(self) -> int:
         """Return the number of steps."""
@@ -131,6 +150,57 @@ class Graph:
             )
             raise WorkflowDefinitionError(msg)
         return names
+
+    def _check_overs(self) -> None:
+        """With declared inputs, a map's items come from a step or one of the inputs."""
+        for position in self.context_maps:
+            over = cast("MapStep", self.steps[position]).over
+            if over not in self.inputs:
+                msg = (
+                    f"step {self.names[position]!r}: over={over!r} names neither a step nor "
+                    f"a declared input of the workflow (inputs: "
+                    f"{', '.join(map(repr, self.inputs))})"
+                    f"{did_you_mean(over, (*self.names, *self.inputs))}"
+                )
+                raise WorkflowDefinitionError(msg)
+
+    def _nested(self) -> tuple[Nested, ...]:
+        """Each sub-workflow below this one, with what its initial context holds from here.
+
+        Raises `WorkflowDefinitionError` for one with a step named like such a key:
+        the child would refuse its initial context on every run, after the steps
+        before it were paid for.
+        """
+        found: list[Nested] = []
+        for position in sorted(self.workflows):
+            name = self.names[position]
+            child = graph_of(cast("Workflow", self.steps[position].run))
+            keys = {
+                self.names[a]: f"the output of step {self.names[a]!r}, an ancestor of {name!r}"
+                for a in sorted(self.ancestors(position))
+            }
+            keys.update((key, f"the declared input {key!r}") for key in self.inputs)
+            if position in self.maps:
+                keys.update(
+                    (key, f"the key {key!r} a map of sub-workflows adds to each item's context")
+                    for key in ITEM_KEYS
+                )
+            skippable = position in self.conditional
+            found.append(Nested(f"step {name!r}", child, MappingProxyType(keys), skippable))
+            found.extend(
+                Nested(
+                    f"{deeper.where} of the sub-workflow of step {name!r}",
+                    deeper.graph,
+                    MappingProxyType({**keys, **deeper.keys}),
+                    skippable or deeper.skippable,
+                )
+                for deeper in child.nested
+            )
+        for nested in found:
+            clash = nested.clash(nested.keys)
+            if clash is not None:
+                raise WorkflowDefinitionError(clash)
+        return tuple(found)
 
     def _resolve_dependencies(self) -> tuple[tuple[int, ...], ...]:
         unknown = [
@@ -207,6 +277,37 @@ class Graph:
                     found.add(child)
                     stack.append(child)
         return frozenset(found)
+
+
+@dataclass(frozen=True, slots=True)
+class Nested:
+    """A sub-workflow below a workflow, and the keys its initial context gets from above.
+
+    Its initial context is the run's initial context plus ``keys``: the outputs
+    of the ancestors of each sub-workflow step on the way down, the declared
+    inputs, and ``item`` and ``item_key`` below a map of sub-workflows.
+    """
+
+    where: str  # "step 'sub'", "step 'inner' of the sub-workflow of step 'sub'"
+    graph: Graph
+    keys: Mapping[str, str]  # key -> where it comes from, for messages
+    skippable: bool  # a condition may skip it, or a sub-workflow step above it
+
+    def clash(self, keys: Mapping[str, str]) -> str | None:
+        """The message for the first step of the sub-workflow named like one of ``keys``."""
+        for name in self.graph.names:
+            if name in keys:
+                return (
+                    f"{self.where} runs a sub-workflow whose step {name!r} has the name of "
+                    f"{keys[name]}, which the sub-workflow's initial context holds; rename one "
+                    f"of them"
+                )
+        return None
+
+
+def graph_of(workflow: Workflow) -> Graph:
+    """The validated graph of a `Workflow` (a sub-workflow's, for its parent)."""
+    return workflow._graph  # noqa: SLF001 - the graph is the workflow's, read by its parent
 
 
 def kind_of(step: Step) -> str:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import KW_ONLY, dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, ParamSpec, TypeAlias, TypeVar
 
 from executionkit._errors import WorkflowDefinitionError
 
@@ -30,6 +31,35 @@ JOINS = ("all", "any")
 
 def _empty_metadata() -> MappingProxyType[str, Any]:
     return MappingProxyType({})
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _keywords_checked(builder: str, takes: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
+    """Refuse keywords the builder does not take with `WorkflowDefinitionError`, not TypeError.
+
+    The signature stays the builder's own (for type checkers and `help`); only a
+    call with an unknown keyword, which Python would refuse with `TypeError`, is
+    refused instead naming the step, with a suggestion.
+    """
+
+    def decorate(method: Callable[_P, _R]) -> Callable[_P, _R]:
+        code = method.__code__
+        allowed = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+
+        @functools.wraps(method)
+        def checked(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            unknown = sorted(set(kwargs) - set(allowed))
+            if unknown:
+                name = args[1] if len(args) > 1 else kwargs.get("name")
+                raise _unknown_options(name, builder, unknown, allowed[2:], takes)
+            return method(*args, **kwargs)
+
+        return checked
+
+    return decorate
 
 
 @dataclass(frozen=True, repr=False)
@@ -98,8 +128,15 @@ class Step:
             is not callable, ``depends_on`` is a string or holds something other
             than non-empty strings, the step depends on itself, ``metadata`` is
             not a mapping, a retry or timeout setting is out of range, ``when``
-            is not a plain function, or ``join`` is not ``"all"`` or ``"any"``.
+            is not a plain function, ``join`` is not ``"all"`` or ``"any"``, or
+            ``run``, ``when``, ``encode`` or ``decode`` cannot be called with
+            the one argument it will be given (checked with
+            `inspect.signature`; a callable without one, such as some
+            builtins, is not refused).
     """
+
+    # How the run calls ``run``: what to call it in a message, the call, the argument count.
+    _called_as: ClassVar[tuple[str, str, int]] = ("run", "run(ctx)", 1)
 
     name: str
     run: StepFn | Workflow
@@ -132,6 +169,8 @@ class Step:
                 f"taking ctx) or a Workflow, got {type(run).__name__} {run!r}"
             )
             raise WorkflowDefinitionError(msg)
+        if not is_workflow(run):
+            check_call(name, run, *self._called_as)
         object.__setattr__(self, "depends_on", _normalise_depends_on(name, self.depends_on))
         metadata: object = self.metadata
         if not isinstance(metadata, Mapping):
@@ -200,20 +239,16 @@ class Step:
                 ``when`` and ``join`` decide whether the map runs at all.
 
         Raises:
-            WorkflowDefinitionError: For an invalid setting, naming the step.
+            WorkflowDefinitionError: For an invalid setting or an unknown
+                keyword, naming the step; for a ``run`` that cannot be called
+                as ``run(item, ctx)`` or a ``key`` that cannot be called as
+                ``key(item)``.
         """
         from executionkit._step_kinds import MAP_OPTIONS, MapStep  # noqa: PLC0415 - a cycle
 
         unknown = sorted(set(options) - MAP_OPTIONS)
         if unknown:
-            from executionkit._errors import did_you_mean  # noqa: PLC0415 - errors only
-
-            hints = "".join(did_you_mean(option, MAP_OPTIONS) for option in unknown)
-            msg = (
-                f"step {name!r}: Step.map got unknown option(s) {', '.join(map(repr, unknown))} "
-                f"(it takes the keywords of Step){hints}"
-            )
-            raise WorkflowDefinitionError(msg)
+            raise _unknown_options(name, "Step.map", unknown, MAP_OPTIONS, "the keywords of Step")
         return MapStep(
             name,
             run,  # type: ignore[arg-type]  # called with (item, ctx)
@@ -226,6 +261,7 @@ class Step:
         )
 
     @classmethod
+    @_keywords_checked("Step.ask", "depends_on, check, expires_after, version and metadata")
     def ask(
         cls,
         name: str,
@@ -260,7 +296,9 @@ class Step:
             metadata: As for `Step`.
 
         Raises:
-            WorkflowDefinitionError: For an invalid setting, naming the step.
+            WorkflowDefinitionError: For an invalid setting or an unknown
+                keyword, naming the step; for a ``question`` or ``check`` that
+                cannot be called with one argument.
         """
         from executionkit._step_kinds import AskStep  # noqa: PLC0415 - a cycle
 
@@ -273,6 +311,73 @@ class Step:
             check=check,
             expires_after=expires_after,
         )
+
+
+# Keywords written for an option, and the option meant: did_you_mean would offer
+# retry_on for retry, closer in spelling and further in meaning.
+_MEANT = {"retry": "retries", "max_retries": "retries", "num_retries": "retries"}
+
+# Keywords that Step takes and a builder does not, and what to do instead.
+_INSTEAD = {
+    "Step.ask": {
+        "when": (
+            "an ask step has no condition of its own: give the when to a step it depends "
+            "on, whose skip skips the question too"
+        ),
+    },
+}
+
+
+def _unknown_options(
+    name: object, builder: str, unknown: list[str], allowed: Iterable[str], takes: str
+) -> WorkflowDefinitionError:
+    """The error for keywords ``builder`` does not take, each with a suggestion if one fits."""
+    from executionkit._errors import did_you_mean  # noqa: PLC0415 - errors only
+
+    allowed = tuple(allowed)
+    instead = _INSTEAD.get(builder, {})
+    hints = "".join(
+        f"; {instead[option]}"
+        if option in instead
+        else f"; did you mean {_MEANT[option]!r}?"
+        if _MEANT.get(option) in allowed
+        else did_you_mean(option, allowed)
+        for option in unknown
+    )
+    return WorkflowDefinitionError(
+        f"step {name!r}: {builder} got unknown option(s) {', '.join(map(repr, unknown))} "
+        f"(it takes {takes}){hints}"
+    )
+
+
+def check_call(name: str, fn: object, role: str, call: str, count: int) -> None:
+    """Refuse ``fn`` if it cannot be called with ``count`` positional arguments.
+
+    The wrapper a decorator returns is what gets called, so its own signature is
+    checked (not the wrapped function's). A callable `inspect.signature` cannot
+    describe (some builtins) is accepted: only its call can tell.
+
+    Raises:
+        WorkflowDefinitionError: Naming the step, the role (``when``), the call
+            it will get (``when(ctx)``) and the signature ``fn`` has.
+    """
+    try:
+        signature = inspect.signature(fn, follow_wrapped=False)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*range(count))
+    except TypeError:
+        bare = signature.replace(
+            parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+            return_annotation=signature.empty,
+        )
+        what = getattr(fn, "__qualname__", None) or f"a {type(fn).__name__} object"
+        msg = (
+            f"step {name!r}: {role} is called as {call}, but {what} takes {bare} and cannot "
+            f"be called with {count} argument{'' if count == 1 else 's'}"
+        )
+        raise WorkflowDefinitionError(msg) from None
 
 
 _SETTING_DEFAULTS = (
@@ -338,6 +443,9 @@ def _check_resume_settings(step: Step) -> None:
             f"can be turned back into what the step returned"
         )
         raise WorkflowDefinitionError(msg)
+    if encode is not None:
+        check_call(name, encode, "encode", "encode(output)", 1)
+        check_call(name, decode, "decode", "decode(data)", 1)
 
 
 def _check_condition(step: Step) -> None:
@@ -356,6 +464,8 @@ def _check_condition(step: Step) -> None:
             f"from what ctx holds, or compute the decision in a step it depends on"
         )
         raise WorkflowDefinitionError(msg)
+    if when is not None:
+        check_call(name, when, "when", "when(ctx)", 1)
     join: object = step.join
     if not isinstance(join, str) or join not in JOINS:
         msg = f"step {name!r}: join must be 'all' or 'any', got {join!r}"

@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any, TypeAlias
 
 from executionkit._errors import WorkflowDefinitionError
-from executionkit._step import Step, _check_number, is_async_callable
+from executionkit._step import Step, _check_number, check_call, is_async_callable
 
 MAP_OPTIONS = frozenset(
     {
@@ -44,6 +44,8 @@ class MapStep(Step):
     key: Callable[[Any], str] | None = None
     max_concurrency: int | None = None
 
+    _called_as = ("the map function", "fn(item, ctx)", 2)
+
     def __post_init__(self) -> None:
         """Validate the map settings as well as the step's own."""
         super().__post_init__()
@@ -59,6 +61,8 @@ class MapStep(Step):
         if key is not None and not callable(key):
             msg = f"step {name!r}: key must be callable (item -> str) or None, got {key!r}"
             raise WorkflowDefinitionError(msg)
+        if key is not None:
+            check_call(name, key, "key", "key(item)", 1)
         limit: object = self.max_concurrency
         if limit is not None and (type(limit) is not int or limit < 1):
             msg = f"step {name!r}: max_concurrency must be a positive int or None, got {limit!r}"
@@ -86,6 +90,8 @@ class AskStep(Step):
     check: Callable[[Any], Any] | None = None
     expires_after: float | timedelta | None = None
 
+    _called_as = ("the question", "question(ctx)", 1)
+
     def __post_init__(self) -> None:
         """Validate the question settings as well as the step's own."""
         super().__post_init__()
@@ -102,6 +108,8 @@ class AskStep(Step):
                 f"step {name!r}: check must be callable (answer -> answer) or None, got {check!r}"
             )
             raise WorkflowDefinitionError(msg)
+        if check is not None:
+            check_call(name, check, "check", "check(answer)", 1)
         expires: object = self.expires_after
         if isinstance(expires, timedelta):
             expires = expires.total_seconds()
