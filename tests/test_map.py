@@ -18,6 +18,7 @@ import pytest
 from executionkit import (
     BudgetExceeded,
     PatternResult,
+    RunArgumentError,
     Step,
     TokenUsage,
     Workflow,
@@ -133,15 +134,14 @@ async def test_over_must_hold_a_list_tuple_or_mapping(value: object, found: str)
     assert caught.value.checkpoint.outputs == {"make": value}
 
 
-async def test_over_naming_nothing_fails_the_map_with_a_clear_error() -> None:
+async def test_over_naming_nothing_is_refused_before_the_first_step() -> None:
+    """An over= naming neither a step nor a context key is refused before anything is paid."""
     workflow = Workflow([Step.map("each", lambda item, ctx: item, over="documents")])
-    with pytest.raises(WorkflowFailed) as caught:
+    with pytest.raises(RunArgumentError) as caught:
         await workflow.run({"docs": [1]})
-    error = caught.value.errors["each"]
-    assert isinstance(error, LookupError)
-    assert str(error).startswith(
-        "map step 'each': over='documents' names neither a step it depends on nor a key of "
-        "the initial context"
+    assert str(caught.value) == (
+        "step 'each': over='documents' names neither a step nor a key of initial_context "
+        "(keys: 'docs'); did you mean 'docs'?"
     )
 
 
