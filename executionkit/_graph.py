@@ -13,7 +13,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, cast
 
 from executionkit._errors import WorkflowDefinitionError, did_you_mean
-from executionkit._step import Step, is_async_callable, is_workflow
+from executionkit._step import Step
+from executionkit._step_checks import is_async_callable, is_workflow
 from executionkit._step_kinds import AskStep, MapStep
 
 if TYPE_CHECKING:

@@ -12,7 +12,8 @@ from datetime import timedelta
 from typing import Any, TypeAlias
 
 from executionkit._errors import WorkflowDefinitionError
-from executionkit._step import Step, _check_number, check_call, is_async_callable
+from executionkit._step import Step
+from executionkit._step_checks import _check_number, check_call, is_async_callable
 
 MAP_OPTIONS = frozenset(
     {
