@@ -17,7 +17,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Collection
 
     from executionkit._options import OnError
 
@@ -66,7 +66,7 @@ class Slots:
 class Policies:
     """Whether work may start, and what a failure means, for one run."""
 
-    __slots__ = ("_eager", "_failed", "_over_budget", "on_error", "slots", "stopping")
+    __slots__ = ("_eager", "_failures", "_over_budget", "on_error", "slots", "stopping")
 
     def __init__(
         self,
@@ -74,14 +74,15 @@ class Policies:
         slots: Slots,
         *,
         eager: bool,
-        failed: Callable[[], bool],
+        failures: Collection[object],
         over_budget: Callable[[], bool],
     ) -> None:
         """Rules for a run with ``on_error``, its ``slots``, and its record's state."""
         self.on_error = on_error
         self.slots = slots
         self._eager = eager
-        self._failed = failed
+        # Read, not called: the rules are asked before every step starts.
+        self._failures = failures
         self._over_budget = over_budget
         # Set once the run stops for good: an interrupt, or checkpoint_fn failed.
         self.stopping = False
@@ -90,7 +91,7 @@ class Policies:
         """Whether the next batch may begin (batch mode)."""
         if self.stopping:
             return False
-        if self._failed() and self.on_error != "continue":
+        if self._failures and self.on_error != "continue":
             return False
         return not self._over_budget()
 
@@ -103,12 +104,12 @@ class Policies:
         """
         if self.stopping:
             return False
-        if self._failed() and self.on_error == "cancel":
+        if self._failures and self.on_error == "cancel":
             return False
-        free = self.slots.free()
-        if free is None:
+        slots = self.slots
+        if slots.limit is None:
             return not self._eager or self._may_start_more()
-        return free > 0 and self._may_start_more()
+        return slots.limit > slots.taken and self._may_start_more()
 
     def waits_for_slot(self) -> bool:
         """Whether a step may start but for the slots, all held by other work of the run now.
@@ -119,7 +120,7 @@ class Policies:
         free = self.slots.free()
         if free is None or free > 0 or self.stopping:
             return False
-        if self._failed() and self.on_error == "cancel":
+        if self._failures and self.on_error == "cancel":
             return False
         return self._may_start_more()
 
@@ -135,7 +136,7 @@ class Policies:
         return self._may_start_more()
 
     def _may_start_more(self) -> bool:
-        if self._failed() and self.on_error != "continue":
+        if self._failures and self.on_error != "continue":
             return False
         return not self._over_budget()
 

@@ -73,7 +73,7 @@ class Run(Landing):
             options.on_error,
             slots,
             eager=self._eager,
-            failed=lambda: bool(record.failures),
+            failures=record.failures,
             over_budget=record.over_budget,
         )
         # Steps a condition may skip are decided just before they would start.

@@ -235,7 +235,7 @@ class State:
             self.on_error,
             slots,
             eager=self.schedule == "eager",
-            failed=lambda: self.failed,
+            failures=["failed"] if self.failed else [],
             over_budget=lambda: self.over_budget,
         )
         policies.stopping = self.stopping
@@ -357,12 +357,13 @@ def test_what_a_failure_means_follows_on_error_alone(
 
 def test_policies_read_the_record_each_time_they_are_asked() -> None:
     """A failure or the budget reached after the rules were built changes the next answer."""
-    record = {"failed": False, "over": False}
+    record = {"over": False}
+    failures: list[str] = []
     policies = Policies(
         "finish",
         Slots(None),
         eager=True,
-        failed=lambda: record["failed"],
+        failures=failures,
         over_budget=lambda: record["over"],
     )
     assert policies.may_start()
@@ -370,7 +371,7 @@ def test_policies_read_the_record_each_time_they_are_asked() -> None:
     assert not policies.may_start()
     record["over"] = False
     assert policies.may_start()
-    record["failed"] = True
+    failures.append("a")
     assert not policies.may_start()
     assert not policies.may_begin_batch()
 
@@ -378,9 +379,7 @@ def test_policies_read_the_record_each_time_they_are_asked() -> None:
 def test_policies_read_the_slots_each_time_they_are_asked() -> None:
     """A slot taken or released after the rules were built changes the next answer."""
     slots = Slots(1)
-    policies = Policies(
-        "finish", slots, eager=False, failed=lambda: False, over_budget=lambda: False
-    )
+    policies = Policies("finish", slots, eager=False, failures=[], over_budget=lambda: False)
     assert policies.may_start()
     assert not policies.waits_for_slot()
     slots.take()
