@@ -1,13 +1,18 @@
-"""``executionkit inspect``: what a checkpoint file holds, as text or JSON, and who claims it."""
+"""``executionkit inspect``: what a checkpoint file holds, as text or JSON, and who claims it.
+
+``--history`` lists the checkpoints a store keeps of the run (`CheckpointInfo`),
+``--seq N`` shows one of them as the latest is shown.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from typing import TYPE_CHECKING, Any
 
 from executionkit._cli._exits import EXIT_OK, CliError
 from executionkit._cli._load import load_workflow
-from executionkit._cli._location import PASSWORD, DatabaseLocation, parse_location
+from executionkit._cli._location import PASSWORD, DatabaseLocation, FileLocation, parse_location
 from executionkit._cli._maps import failed_items, items_text, recorded_steps, unfinished_maps
 from executionkit._cli._questions import expired, now, question_block
 from executionkit._cli._text import invocation, json_document, out, preview
@@ -22,16 +27,21 @@ if TYPE_CHECKING:
     from executionkit._cli._location import Location
     from executionkit._types import TokenUsage
     from executionkit._workflow import Workflow
+    from executionkit.stores import CheckpointInfo
 
 
 def inspect_command(args: argparse.Namespace) -> int:
     """Print what ``args.file`` holds; import ``args.workflow`` only if given."""
     location = parse_location(args.file)
-    if isinstance(location, DatabaseLocation) and location.run_id is None:
+    if args.history:
+        if args.workflow is not None:
+            msg = "--history lists what the store keeps and imports nothing: leave out --workflow"
+            raise CliError(msg)
+        return _list_checkpoints(location, as_json=args.json)
+    if isinstance(location, DatabaseLocation) and location.run_id is None and args.seq is None:
         return _list_runs(location, as_json=args.json)
     path = location.label
-    checkpoint = location.load(missing_ok=False)
-    assert checkpoint is not None  # noqa: S101 - missing_ok=False never returns None
+    checkpoint = _checkpoint_of(location, args.seq)
     workflow = None if args.workflow is None else load_workflow(args.workflow)
     summary = describe(checkpoint, workflow, file=path)
     if location.reports_owners():  # else no line at all: "nobody" would be a guess
@@ -46,6 +56,78 @@ def inspect_command(args: argparse.Namespace) -> int:
         raise CliError(msg) from None
     out(text)
     return EXIT_OK
+
+
+def _checkpoint_of(location: Location, seq: int | None) -> WorkflowCheckpoint:
+    """The latest checkpoint of the run ``location`` names, or the one of ``seq``."""
+    if seq is None:
+        checkpoint = location.load(missing_ok=False)
+        assert checkpoint is not None  # noqa: S101 - missing_ok=False never returns None
+        return checkpoint
+    if isinstance(location, DatabaseLocation):
+        return location.load_seq(seq, "inspect --seq")
+    return location.load_seq(seq)
+
+
+_SHOWN_NEW = 5
+
+
+def _list_checkpoints(location: Location, *, as_json: bool) -> int:
+    """Print the checkpoints kept of the run ``location`` names, oldest first."""
+    from executionkit.stores._history import seq_ranges  # noqa: PLC0415 - keep start-up light
+
+    if isinstance(location, DatabaseLocation):
+        infos = location.checkpoints("inspect --history")
+    else:
+        infos = location.checkpoints()
+    run_id = infos[-1].run_id
+    only_latest = isinstance(location, FileLocation) and not location.lines
+    if as_json:
+        listed = [dataclasses.asdict(info) for info in infos]
+        out(json_document({"file": location.label, "run_id": run_id, "checkpoints": listed}))
+        return EXIT_OK
+    width = len(str(max(info.seq for info in infos)))
+    counted = f"{len(infos)} checkpoint{'' if len(infos) == 1 else 's'}"
+    lines = [
+        f"{'file':<12}{one_line(location.label)}",
+        f"{'run_id':<12}{one_line(run_id or '-')}",
+        f"{'kept':<12}{counted}, {seq_ranges(info.seq for info in infos)}",
+    ]
+    lines.extend(
+        f"  seq {info.seq:<{width}}  {one_line(info.created_at or '-')}  {_info_text(info)}"
+        for info in infos
+    )
+    if only_latest:
+        lines.append("(a JSON file keeps only its latest checkpoint, not what it newly recorded)")
+    else:
+        lines.append(f"show one with: {_inspect_seq(location, run_id)}")
+    out("\n".join(lines))
+    return EXIT_OK
+
+
+def _info_text(info: CheckpointInfo) -> str:
+    """``4 outputs; new: summarize; failed: fetch; 1 waiting for an answer; 3 map items``."""
+    parts = [f"{info.step_index} output{'' if info.step_index == 1 else 's'}"]
+    if info.new_outputs:
+        names = ", ".join(map(show, info.new_outputs[:_SHOWN_NEW]))
+        more = len(info.new_outputs) - _SHOWN_NEW
+        parts.append(f"new: {names}" + (f" and {more} more" if more > 0 else ""))
+    if info.errors:
+        parts.append(f"failed: {', '.join(map(show, info.errors))}")
+    if info.pending:
+        parts.append(f"{info.pending} waiting for an answer")
+    if info.items:
+        parts.append(f"{info.items} map item{'' if info.items == 1 else 's'} recorded")
+    return "; ".join(parts)
+
+
+def _inspect_seq(location: Location, run_id: str | None) -> str:
+    """The command that shows one of the checkpoints listed, as it works when pasted."""
+    if isinstance(location, DatabaseLocation) and run_id is not None:
+        given, _ = location.run_url(run_id)
+    else:
+        given = location.label
+    return f"{invocation()} inspect {one_line(shlex.quote(given))} --seq N"
 
 
 def _list_runs(location: DatabaseLocation, *, as_json: bool) -> int:

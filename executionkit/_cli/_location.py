@@ -14,7 +14,8 @@ Every problem becomes a `CliError` naming the location as it was given (a
 password in a PostgreSQL URL is never shown). A location also says who claims
 its run (``owner``), when its store reports owners (``reports_owners``). A
 database's `DatabaseLocation.run_url` is the URL of one run in it, for commands
-printed to be pasted.
+printed to be pasted. ``checkpoints`` lists the checkpoints a location keeps
+and ``load_seq`` loads one of them (a JSON file keeps only its latest).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 
     from executionkit._checkpoint import WorkflowCheckpoint
     from executionkit._ownership import RunOwner
+    from executionkit.stores import CheckpointInfo, JsonLinesStore
 
 _SCHEMES = ("sqlite", "postgresql", "postgres")
 _DATABASE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
@@ -47,7 +49,11 @@ class _Database(Protocol):
 
     def __call__(self, checkpoint: WorkflowCheckpoint) -> None: ...
 
-    def load(self, run_id: str | None = None) -> WorkflowCheckpoint | None: ...
+    def load(
+        self, run_id: str | None = None, *, seq: int | None = None
+    ) -> WorkflowCheckpoint | None: ...
+
+    def checkpoints(self, run_id: str | None = None) -> list[CheckpointInfo]: ...
 
     def run_ids(self) -> list[str]: ...
 
@@ -70,6 +76,43 @@ class FileLocation:
         if self.lines:
             return load_lines_checkpoint(self.path, missing_ok=missing_ok)
         return load_checkpoint(self.path, missing_ok=missing_ok)
+
+    def checkpoints(self) -> list[CheckpointInfo]:
+        """The checkpoints the file keeps: each line of a JSON Lines file's run, else one."""
+        from executionkit.stores import CheckpointInfo  # noqa: PLC0415
+
+        latest = self.load(missing_ok=False)  # the file checked as inspect checks it
+        assert latest is not None  # noqa: S101 - missing_ok=False never returns None
+        if not self.lines:
+            return [CheckpointInfo.of(latest)]
+        found: list[CheckpointInfo] = self._read_lines(lambda store: store.checkpoints())
+        return found
+
+    def load_seq(self, seq: int) -> WorkflowCheckpoint:
+        """The checkpoint ``seq`` the file keeps; a `CliError` naming those kept if none."""
+        latest = self.load(missing_ok=False)
+        assert latest is not None  # noqa: S101 - missing_ok=False never returns None
+        if latest.seq == seq:
+            return latest
+        if not self.lines:
+            msg = (
+                f"{self.label}: a JSON file keeps only its latest checkpoint, seq={latest.seq}; "
+                f"it has no seq={seq}"
+            )
+            raise CliError(msg)
+        found: WorkflowCheckpoint = self._read_lines(lambda store: store.load(seq=seq))
+        return found
+
+    def _read_lines(self, read: Callable[[JsonLinesStore], Any]) -> Any:
+        """``read(store)`` of the file's `JsonLinesStore`, its errors as a `CliError`."""
+        from executionkit._errors import ExecutionKitError  # noqa: PLC0415
+        from executionkit.stores import JsonLinesStore  # noqa: PLC0415
+
+        try:
+            return read(JsonLinesStore(self.path))
+        except (ExecutionKitError, ValueError, OSError, RecursionError) as exc:
+            msg = f"{self.label}: {error_text(exc)}"
+            raise CliError(msg) from None
 
     def writer(self, flag: str) -> Callable[[WorkflowCheckpoint], object]:
         """A ``checkpoint_fn`` that writes the file (atomically, or by appending lines)."""
@@ -163,6 +206,24 @@ class DatabaseLocation:
             msg = f"{self.label}: holds no checkpoint of run {run_id!r}"
             raise CliError(msg)
         return checkpoint
+
+    def checkpoints(self, flag: str) -> list[CheckpointInfo]:
+        """The checkpoints kept of the named run, oldest first (``flag`` is for messages)."""
+        run_id = self.named_run(flag)
+        found: list[CheckpointInfo] = self._call(lambda store: store.checkpoints(run_id))
+        if not found:
+            msg = f"{self.label}: holds no checkpoint of run {run_id!r}"
+            raise CliError(msg)
+        return found
+
+    def load_seq(self, seq: int, flag: str) -> WorkflowCheckpoint:
+        """The named run's checkpoint ``seq``; a `CliError` naming the seqs kept if none."""
+        run_id = self.named_run(flag)
+        found: WorkflowCheckpoint | None = self._call(lambda store: store.load(run_id, seq=seq))
+        if found is None:
+            msg = f"{self.label}: holds no checkpoint of run {run_id!r}"
+            raise CliError(msg)
+        return found
 
     def run_ids(self) -> list[str]:
         """The runs the database holds, the most recently written first."""

@@ -137,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
             "the items recorded of unfinished map steps, the questions\n"
             "waiting for an answer (when asked, until when), token usage and a preview\n"
             "of each output. Nothing is imported or executed unless\n"
-            "--workflow is given."
+            "--workflow is given. --history lists the checkpoints kept of the run (a JSON\n"
+            "Lines file or a database with history=True keeps every one), --seq N shows one."
         ),
         epilog=_READ_EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -156,6 +157,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="import this workflow to show the total, the pending steps and the items of maps",
     )
     inspect.add_argument("--json", action="store_true", help="print a JSON object instead")
+    going_back = inspect.add_mutually_exclusive_group()
+    going_back.add_argument(
+        "--history",
+        action="store_true",
+        help=(
+            "list the checkpoints kept of the run: seq, time, outputs recorded, those newly "
+            "recorded and the failed steps"
+        ),
+    )
+    going_back.add_argument(
+        "--seq",
+        type=int,
+        metavar="N",
+        help="show the run's checkpoint of seq N instead of its latest (--history lists them)",
+    )
 
     graph = commands.add_parser(
         "graph",

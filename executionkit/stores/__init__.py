@@ -38,6 +38,15 @@ What every store here guarantees:
   discarded or overwritten. A path that is a FIFO or a device is refused
   rather than read.
 
+Going back through a run: `JsonLinesStore`, `SQLiteStore` and `PostgresStore`
+list the checkpoints they keep of a run with ``checkpoints()``, one
+`CheckpointInfo` each (``seq``, time, outputs recorded and newly recorded,
+failed steps), without rebuilding any, and ``load(..., seq=N)`` rebuilds one
+exactly as it was saved, or raises `CheckpointNotKeptError` naming the seqs
+kept. The SQL stores keep every checkpoint with ``history=True``, only the
+latest without; a JSON Lines file keeps those of its current run until
+``compact()``.
+
 Each of them passes `executionkit.conformance.check_store`.
 """
 
@@ -45,6 +54,7 @@ from __future__ import annotations
 
 from executionkit._errors import ClaimLostError, RunClaimedError, StaleCheckpointError
 from executionkit._ownership import RunOwner
+from executionkit.stores._history import CheckpointInfo, CheckpointNotKeptError
 from executionkit.stores._json_file import JsonFileStore
 from executionkit.stores._json_lines import JsonLinesStore
 from executionkit.stores._sqlite import SQLiteStore
@@ -54,6 +64,8 @@ if TYPE_CHECKING:
     from executionkit.stores._postgres import PostgresStore
 
 __all__ = [
+    "CheckpointInfo",
+    "CheckpointNotKeptError",
     "ClaimLostError",
     "JsonFileStore",
     "JsonLinesStore",

@@ -24,8 +24,10 @@ from executionkit.stores._files import (
     read_bytes,
     write_all,
 )
+from executionkit.stores._history import CheckpointInfo, CheckpointNotKeptError, check_seq
 from executionkit.stores._lines_format import (
     COST,
+    LineHistory,
     LogPrefix,
     Rebuild,
     extra_fields,
@@ -109,6 +111,10 @@ class JsonLinesStore:
     under the live run). Where ``fcntl`` is missing (Windows) no claim is
     taken.
 
+    As each line is one checkpoint, the file keeps every checkpoint of its
+    current run: `checkpoints` lists them (from the lines, none rebuilt) and
+    ``load(seq=N)`` rebuilds one by folding the lines up to its own.
+
     Only checkpoints of the current format (those `Workflow.run` writes) can be
     stored. Lines that no longer count (outputs a rerun replaced, runs the
     file started over from) stay until `compact` rewrites the file as its
@@ -165,18 +171,82 @@ class JsonLinesStore:
             self._state = None  # unknown until the append has finished
             self._state = self._append(state, data, checkpoint, prefix)
 
-    def load(self) -> WorkflowCheckpoint | None:
-        """Return the latest checkpoint the file holds, or None if it holds none.
+    def load(self, *, seq: int | None = None) -> WorkflowCheckpoint | None:
+        """Return the latest checkpoint the file holds (or the one of ``seq``), or None.
+
+        Args:
+            seq: Load the checkpoint of this ``seq`` of the file's current run
+                instead of the latest, exactly as it was saved: the lines are
+                folded up to its own (see `checkpoints` for the seqs kept).
+
+        Returns:
+            The checkpoint, or None if the file holds none.
 
         Raises:
+            CheckpointNotKeptError: If ``seq`` is given and the file's current
+                run has no checkpoint of that ``seq``; the message names those
+                it has.
+            TypeError: If ``seq`` is not an int.
             CheckpointFormatError: If a line other than the last is damaged
                 (``path:line`` in the message; the last one too if it is whole
                 JSON this Python cannot read), the lines do not rebuild into a
                 valid checkpoint, or ``path`` is a FIFO or a device.
         """
-        with self._lock:
-            self._state = self._read()
-            return self._state.latest
+        if seq is None:
+            with self._lock:
+                self._state = self._read()
+                return self._state.latest
+        wanted = check_seq(seq)
+        lines = self._lines()
+        if lines is None:
+            return None
+        listing = self._listing(lines)
+        position = listing.position_of(wanted)
+        if position is None:
+            if not listing.listed:
+                return None
+            kept = [info.seq for info in listing.listed]
+            note = "a JSON Lines file keeps the checkpoints of its current run until compact()"
+            raise CheckpointNotKeptError(
+                repr(self), listing.listed[-1].run_id, wanted, kept, note=note
+            )
+        rebuild = Rebuild(str(self.path))
+        for number, line in lines[: position + 1]:
+            rebuild.fold(line, number)
+        return rebuild.checkpoint()
+
+    def checkpoints(self) -> list[CheckpointInfo]:
+        """Describe every checkpoint of the file's current run, oldest first.
+
+        Each line of the file is one checkpoint (its ``seq`` is the line's
+        ``s``), so the list comes from one read of the file, without
+        rebuilding any checkpoint: the outputs a checkpoint newly recorded are
+        those its line holds. Lines written before the file started over (a
+        checkpoint of another ``run_id``) belong to another run and are left
+        out, as are the lines `compact` folded into one. `load` with ``seq=``
+        rebuilds the one you want.
+
+        Returns:
+            The checkpoints, oldest first; empty if the file holds none.
+
+        Raises:
+            CheckpointFormatError: As `load` does.
+        """
+        lines = self._lines()
+        return [] if lines is None else self._listing(lines).listed
+
+    def _lines(self) -> list[tuple[int, object]] | None:
+        """The file's lines that count, parsed, with their numbers; None if there is no file."""
+        read = read_bytes(self.path)
+        if read is None:
+            return None
+        return self._parse(read[0])[0]
+
+    def _listing(self, lines: list[tuple[int, object]]) -> LineHistory:
+        listing = LineHistory(str(self.path))
+        for position, (number, line) in enumerate(lines):
+            listing.add(position, line, number)
+        return listing
 
     def claim(self, run_id: str) -> contextlib.AbstractContextManager[int | None]:
         """Claim the file for ``run_id``, until the context manager is left.
@@ -357,10 +427,18 @@ class JsonLinesStore:
         if read is None:
             return _LinesState(None, 0, None)
         data, file_id = read
+        lines, end = self._parse(data)
+        rebuild = Rebuild(str(self.path))
+        for number, line in lines:
+            rebuild.fold(line, number)
+        return _LinesState(file_id, end, rebuild.checkpoint())
+
+    def _parse(self, data: bytes) -> tuple[list[tuple[int, object]], int]:
+        """The lines of ``data`` that count, parsed and numbered, and the bytes they end at."""
         lines = data.split(b"\n")
         # The part after the last newline was never completed: it does not count.
         complete = lines[:-1]
-        rebuild = Rebuild(str(self.path))
+        parsed_lines: list[tuple[int, object]] = []
         end = 0
         for number, raw in enumerate(complete, start=1):
             last = number == len(complete) and not lines[-1]
@@ -372,9 +450,9 @@ class JsonLinesStore:
                         break  # a torn last line: that checkpoint never reached the disk
                     msg = f"{self.path}:{number}: not a checkpoint line ({_line_problem(exc)})"
                     raise CheckpointFormatError(msg) from None
-                rebuild.fold(parsed, number)
+                parsed_lines.append((number, parsed))
             end += len(raw) + 1
-        return _LinesState(file_id, end, rebuild.checkpoint())
+        return parsed_lines, end
 
 
 def _line_problem(exc: ValueError) -> str:

@@ -1,4 +1,4 @@
-"""The JSON Lines format of `JsonLinesStore`: packing step info and folding lines back."""
+"""The JSON Lines format of `JsonLinesStore`: packing step info, folding and listing lines."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from executionkit._checkpoint import FORMAT_VERSION, WorkflowCheckpoint, trusted
 from executionkit._checkpoint_fields import KEYS_BY_VERSION
 from executionkit._errors import CheckpointFormatError
 from executionkit.stores._common import TOO_DEEP
+from executionkit.stores._history import CheckpointInfo
 from executionkit.stores._lines_items import fold_items, legacy_items
 
 if TYPE_CHECKING:
@@ -143,7 +144,8 @@ class Rebuild:
         self.path = path
         self.state: dict[str, Any] | None = None
 
-    def _bad(self, number: int, detail: str) -> CheckpointFormatError:
+    def bad(self, number: int, detail: str) -> CheckpointFormatError:
+        """The error for line ``number`` (1-based), which is not a checkpoint line."""
         return CheckpointFormatError(f"{self.path}:{number}: not a checkpoint line ({detail})")
 
     def fold(self, line: object, number: int) -> None:
@@ -152,7 +154,7 @@ class Rebuild:
         assert isinstance(line, dict)  # noqa: S101 - _check made sure
 
         def bad(detail: str) -> CheckpointFormatError:
-            return self._bad(number, detail)
+            return self.bad(number, detail)
 
         state = self.state
         held_items: dict[str, Any] = {} if state is None else state["items"]
@@ -170,7 +172,7 @@ class Rebuild:
             try:
                 info = unpack_info(packed)
             except ValueError as exc:
-                raise self._bad(number, f"step {name!r}: {exc}") from None
+                raise self.bad(number, f"step {name!r}: {exc}") from None
             if info is None:
                 step_info.pop(name, None)
             else:
@@ -195,31 +197,31 @@ class Rebuild:
     ) -> tuple[dict[str, list[Any]], list[Any], dict[str, Any]]:
         """The new outputs, cost and progress info of a line, checked for shape."""
         if not isinstance(line, dict):
-            raise self._bad(number, "not a JSON object")
+            raise self.bad(number, "not a JSON object")
         for key, kind, expected in (
             ("s", int, "an int"),
             ("n", dict, "an object"),
             ("c", list, "a list"),
         ):
             if not isinstance(line.get(key), kind) or isinstance(line.get(key), bool):
-                raise self._bad(number, f"{key!r} must be {expected}")
+                raise self.bad(number, f"{key!r} must be {expected}")
         new: dict[str, object] = line["n"]
         for name, entry in new.items():
             if not isinstance(entry, list) or len(entry) != 2:  # noqa: PLR2004 - [output, info]
-                raise self._bad(number, f"step {name!r} must be [output, info]")
+                raise self.bad(number, f"step {name!r} must be [output, info]")
         cost: list[Any] = line["c"]
         if len(cost) != len(COST):
-            raise self._bad(number, "'c' must hold three counts")
+            raise self.bad(number, "'c' must hold three counts")
         progress_info = line.get("progress_info", {})
         if not isinstance(progress_info, dict):
-            raise self._bad(number, "'progress_info' must be a dict")
+            raise self.bad(number, "'progress_info' must be a dict")
         extra = line.get("x", {})
         # "items" went under "x" before it had "i"; a line holds one or the other.
         legacy = ("items",) if "i" not in line else ()
         if not isinstance(extra, dict) or any(
             key in _WRITTEN and key not in legacy for key in extra
         ):
-            raise self._bad(number, "'x' must be a dict of the fields a line has no key for")
+            raise self.bad(number, "'x' must be a dict of the fields a line has no key for")
         return line["n"], cost, progress_info
 
     def _start(
@@ -233,14 +235,14 @@ class Rebuild:
         if run is None:
             run = {}  # a first line without a header (older recipe files)
         if not isinstance(run, dict):
-            raise self._bad(number, "'run' must be a dict")
+            raise self.bad(number, "'run' must be a dict")
         keep = run.get("keep", list(new))
         if not isinstance(keep, list):
-            raise self._bad(number, "'run.keep' must be a list")
+            raise self.bad(number, "'run.keep' must be a list")
         for name in keep:
             if not isinstance(name, str):
                 detail = f"'run.keep' must be a list of step names, got {reprlib.repr(name)}"
-                raise self._bad(number, detail)
+                raise self.bad(number, detail)
         outputs_before: dict[str, Any] = old["outputs"] if old else {}
         info_before: dict[str, Any] = old["step_info"] if old else {}
         outputs: dict[str, Any] = {}
@@ -250,7 +252,7 @@ class Rebuild:
             elif name in outputs_before:
                 outputs[name] = outputs_before[name]
             else:
-                raise self._bad(number, f"'run.keep' names {name!r}, which no line recorded")
+                raise self.bad(number, f"'run.keep' names {name!r}, which no line recorded")
         for name, entry in new.items():
             outputs.setdefault(name, entry[0])
         return {
@@ -285,3 +287,62 @@ class Rebuild:
             raise CheckpointFormatError(f"{where}: {exc}", path=exc.path) from exc
         except RecursionError:
             raise CheckpointFormatError(f"{where}: {TOO_DEEP}") from None
+
+
+class LineHistory:
+    """The checkpoints of a file's current run, one per line, described as the lines fold.
+
+    Every line is folded (`Rebuild`), so a damaged one is reported as `load`
+    reports it, but no checkpoint is built: a line's `CheckpointInfo` comes
+    from the line itself (its ``s``, ``t``, ``n`` and ``errors``) and counts
+    kept by the fold, O(maps) each. A line that starts another run (its ``run``
+    names another ``run_id``, or it is the file's first) starts the list over.
+    """
+
+    def __init__(self, path: str) -> None:
+        """Describe the lines of the file at ``path`` (named in messages)."""
+        self.rebuild = Rebuild(path)
+        self.listed: list[CheckpointInfo] = []
+        self.positions: list[int] = []  # the position of each listed line among those added
+
+    def add(self, position: int, line: object, number: int) -> None:
+        """Fold line ``number`` (the ``position``-th line with a checkpoint) and describe it."""
+        before = self.rebuild.state
+        run_before = None if before is None else before["run_id"]
+        self.rebuild.fold(line, number)
+        state = self.rebuild.state
+        assert state is not None  # noqa: S101 - fold always leaves a state
+        assert isinstance(line, dict)  # noqa: S101 - fold made sure
+        if before is None or state["run_id"] != run_before:
+            self.listed, self.positions = [], []
+        created_at = line.get("t")
+        errors = line.get("errors", {})
+        pending = state["extra"].get("pending", {})
+        for problem, bad in (
+            ("'t' must be a string or null", not isinstance(created_at, (str, type(None)))),
+            ("'errors' must be an object", not isinstance(errors, dict)),
+            ("'x.pending' must be an object", not isinstance(pending, dict)),
+        ):
+            if bad:
+                raise self.rebuild.bad(number, problem)
+        items = state["items"]
+        self.listed.append(
+            CheckpointInfo(
+                run_id=state["run_id"],
+                seq=line["s"],
+                created_at=created_at,
+                step_index=len(state["outputs"]),
+                new_outputs=tuple(line["n"]),
+                errors=tuple(errors),
+                pending=len(pending),
+                items=sum(len(entry["outputs"]) for entry in items.values()),
+            )
+        )
+        self.positions.append(position)
+
+    def position_of(self, seq: int) -> int | None:
+        """The position of the current run's line of ``seq``, or None if it has none."""
+        for info, position in zip(self.listed, self.positions, strict=True):
+            if info.seq == seq:
+                return position
+        return None

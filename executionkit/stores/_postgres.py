@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from executionkit.stores import _pg_claims
+from executionkit.stores._history import check_seq
 from executionkit.stores._sql import SqlCheckpoints
 from executionkit.stores._sql_schema import Dialect, tables
 from executionkit.stores._sqlite import check_keep_last
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
 
     from executionkit._checkpoint import WorkflowCheckpoint
     from executionkit._ownership import RunOwner
+    from executionkit.stores._history import CheckpointInfo
     from executionkit.stores._sql_schema import Rows
 
 _DIALECT = Dialect(
@@ -97,7 +99,8 @@ class PostgresStore:
             ``psycopg_pool.ConnectionPool``, from which each call borrows one.
             A claim is held on the store's own connection, on yours, or on
             a connection borrowed from the pool until the claim is left.
-        history: Keep every checkpoint saved; see `history` and `prune`.
+        history: Keep every checkpoint saved; see `checkpoints`, `load` with
+            ``seq=`` and `prune`.
             Without it a save deletes the checkpoint it replaces.
 
     Raises:
@@ -164,24 +167,52 @@ class PostgresStore:
         # the second finds the same checkpoint stored and writes nothing.
         self._sql.committed(self._run(save, write="save", run_id=run_id))
 
-    def load(self, run_id: str | None = None) -> WorkflowCheckpoint | None:
-        """Return the latest checkpoint of ``run_id``, or None if none is stored.
+    def load(
+        self, run_id: str | None = None, *, seq: int | None = None
+    ) -> WorkflowCheckpoint | None:
+        """Return the latest checkpoint of ``run_id`` (or the one of ``seq``), or None.
 
         Args:
             run_id: The run to load. ``None`` (default) loads the latest
                 checkpoint of the run saved to most recently.
+            seq: Load the run's checkpoint of this ``seq`` instead, exactly as
+                it was saved (as `SQLiteStore.load`).
 
         Raises:
+            CheckpointNotKeptError: If ``seq`` is given and the run has
+                checkpoints, but none of that ``seq``; the message names the
+                seqs kept.
+            TypeError: If ``seq`` is not an int.
             CheckpointFormatError: If the stored rows are not a valid checkpoint
                 (the message names the store and the run).
         """
-        found: WorkflowCheckpoint | None = self._run(
-            lambda db: self._sql.load(db, run_id), write=False
-        )
+        wanted = None if seq is None else check_seq(seq)
+
+        def read(db: _Adapter) -> WorkflowCheckpoint | None:
+            if wanted is None:
+                return self._sql.load(db, run_id)
+            return self._sql.load_seq(db, run_id, wanted)
+
+        found: WorkflowCheckpoint | None = self._run(read, write=False)
         return found
+
+    def checkpoints(self, run_id: str | None = None) -> list[CheckpointInfo]:
+        """Describe every checkpoint kept of ``run_id``, oldest first, without loading them.
+
+        As `SQLiteStore.checkpoints`: from the header rows and the rows' seqs,
+        no output read; ``None`` (default) lists the run saved to most recently.
+
+        Raises:
+            CheckpointFormatError: As `load` does, for a damaged header or row.
+        """
+        found = self._run(lambda db: self._sql.checkpoints(db, run_id), write=False)
+        return [] if found is None else found
 
     def history(self, run_id: str) -> list[WorkflowCheckpoint]:
         """Every checkpoint kept for ``run_id``, oldest first, the latest last.
+
+        Each is rebuilt whole (O(checkpoints x outputs)): list a long run with
+        `checkpoints` and load the one you want with ``load(run_id, seq=...)``.
 
         Raises:
             CheckpointFormatError: As `load` does, for any of the checkpoints.

@@ -9,7 +9,9 @@ the ``seq`` from which it no longer counts (``dropped``). The checkpoint at
 or before k, in the order they were written (``ord``), which is the order the
 run recorded them. A save therefore writes one header and one row per new
 output, whatever the length of the run. The items of unfinished maps are rows
-too, of their own table (see `executionkit.stores._sql_items`).
+too, of their own table (see `executionkit.stores._sql_items`). A run's kept
+checkpoints are listed from the headers and the rows' seqs alone, or all
+rebuilt, in `executionkit.stores._sql_history`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from typing import TYPE_CHECKING, Any
 from executionkit._checkpoint import WorkflowCheckpoint
 from executionkit._errors import CheckpointFormatError
 from executionkit.stores._common import TOO_DEEP, dumps, loads, stale
+from executionkit.stores._history import CheckpointInfo, CheckpointNotKeptError
 from executionkit.stores._lines_format import unfinished
+from executionkit.stores._sql_history import every_checkpoint, kept_seqs, list_checkpoints
 from executionkit.stores._sql_items import (
     FORGET_DROPPED_ITEMS,
     ItemRows,
@@ -34,13 +38,11 @@ from executionkit.stores._sql_items import (
 from executionkit.stores._sql_schema import (
     ADD,
     ADD_HEADER,
-    ALL_ROWS,
     AS_OF,
     DROP,
     FORGET_DROPPED,
     FORGET_HEADER,
     HEADER,
-    HEADERS,
     KEEP_FROM,
     LATEST,
     LIVE,
@@ -107,7 +109,7 @@ class SqlCheckpoints:
         self.keeps_history = keeps_history
         self._known: dict[str, Known] = {}
         self._lock = threading.Lock()
-        self._items = ItemRows(name)
+        self.items = ItemRows(name)
 
     # --- schema ---------------------------------------------------------------------
 
@@ -168,10 +170,10 @@ class SqlCheckpoints:
             next_ord += 1
         for row in rows:
             db.execute(ADD, row)
-        if after and known is not None and self._items.follow(checkpoint, known.maps):
-            maps, next_ord = self._items.save_next(db, run_id, checkpoint, next_ord, known.maps)
+        if after and known is not None and self.items.follow(checkpoint, known.maps):
+            maps, next_ord = self.items.save_next(db, run_id, checkpoint, next_ord, known.maps)
         else:
-            maps, next_ord = self._items.save_differences(db, run_id, checkpoint, next_ord)
+            maps, next_ord = self.items.save_differences(db, run_id, checkpoint, next_ord)
         db.execute(ADD_HEADER, (run_id, seq, checkpoint.created_at, header))
         if not self.keeps_history and stored_seq >= 0:
             db.execute(FORGET_HEADER, (run_id, stored_seq))
@@ -240,7 +242,7 @@ class SqlCheckpoints:
         dropped or replaced outputs. The rebuild then equals ``checkpoint``, in order.
         """
         live = [
-            (ord_, self._text("step name", name), value)
+            (ord_, self.stored_text("step name", name), value)
             for ord_, name, value in db.execute(LIVE, (run_id,)).fetchall()
         ]
         wanted = list(checkpoint.outputs)
@@ -323,55 +325,48 @@ class SqlCheckpoints:
 
     def load(self, db: Database, run_id: str | None) -> WorkflowCheckpoint | None:
         """The latest checkpoint of ``run_id``, or of the run saved to last."""
+        found = self._latest(db, run_id)
+        return None if found is None else self._at(db, *found)
+
+    def _latest(self, db: Database, run_id: str | None) -> tuple[str, int] | None:
+        """``run_id`` (or the run saved to last) and its latest seq; None if it has none."""
         if run_id is None:
             row = db.execute(LATEST).fetchone()
         else:
             row = db.execute(RUN, (run_id,)).fetchone()
         if row is None:
             return None
-        found = self._text("run_id", row[0])
-        seq = self._int(found, "seq", row[1])
-        return self._at(db, found, seq)
+        found = self.stored_text("run_id", row[0])
+        return found, self.stored_int(found, "seq", row[1])
+
+    def load_seq(self, db: Database, run_id: str | None, seq: int) -> WorkflowCheckpoint | None:
+        """The checkpoint ``seq`` of ``run_id`` (or of the run saved to last), rebuilt.
+
+        None if the run has no checkpoint at all.
+
+        Raises:
+            CheckpointNotKeptError: If the run has checkpoints, but none with ``seq``.
+        """
+        found = self._latest(db, run_id)
+        if found is None:
+            return None
+        if db.execute(HEADER, (found[0], seq)).fetchone() is None:
+            kept = kept_seqs(self, db, found[0])
+            # The store reading may not be the one that saved: say what is kept, not why.
+            note = "only the latest: a store keeps every one with history=True"
+            if len(kept) > 1:
+                note = ""
+            raise CheckpointNotKeptError(self.name, found[0], seq, kept, note=note)
+        return self._at(db, found[0], seq)
+
+    def checkpoints(self, db: Database, run_id: str | None) -> list[CheckpointInfo]:
+        """Every kept checkpoint of ``run_id`` (or of the run saved to last), described."""
+        found = self._latest(db, run_id)
+        return [] if found is None else list_checkpoints(self, db, found[0])
 
     def history(self, db: Database, run_id: str) -> list[WorkflowCheckpoint]:
         """Every kept checkpoint of ``run_id``, oldest first."""
-        headers = db.execute(HEADERS, (run_id,)).fetchall()
-        if not headers:
-            return []
-        # Each row is decoded once and its output shared by the checkpoints that hold
-        # it, as the checkpoints a run takes share their outputs.
-        rows = [
-            (
-                self._entry(run_id, name, value),
-                self._int(run_id, "added seq", added),
-                None if dropped is None else self._int(run_id, "dropped seq", dropped),
-            )
-            for name, value, added, dropped in db.execute(ALL_ROWS, (run_id,)).fetchall()
-        ]
-        items = [
-            (
-                row,
-                self._int(run_id, "added seq", added),
-                None if dropped is None else self._int(run_id, "dropped seq", dropped),
-            )
-            for row, added, dropped in self._items.every(db, run_id, self._decoder(run_id))
-        ]
-        result = []
-        for seq, header in headers:
-            at = self._int(run_id, "seq", seq)
-            visible = [
-                entry
-                for entry, added, dropped in rows
-                if added <= at and (dropped is None or dropped > at)
-            ]
-            held = [
-                row
-                for row, added, dropped in items
-                if added <= at and (dropped is None or dropped > at)
-            ]
-            filled = self._items.fill(run_id, self._parse_header(run_id, header), held)
-            result.append(self._rebuild(run_id, filled, visible))
-        return result
+        return every_checkpoint(self, db, run_id)
 
     def run_ids(self, db: Database) -> list[str]:
         """Every run with a checkpoint, the most recently saved first."""
@@ -422,11 +417,11 @@ class SqlCheckpoints:
         """The checkpoint of ``run_id`` at ``seq``: its header, outputs and items."""
         header = self._read_header(db, run_id, seq)
         rows = db.execute(AS_OF, (run_id, seq, seq)).fetchall()
-        entries = [self._entry(run_id, name, value) for name, value in rows]
-        items = self._items.as_of(db, run_id, seq, self._decoder(run_id))
-        return self._rebuild(run_id, self._items.fill(run_id, header, items), entries)
+        entries = [self.entry(run_id, name, value) for name, value in rows]
+        items = self.items.as_of(db, run_id, seq, self.decoder(run_id))
+        return self.rebuild(run_id, self.items.fill(run_id, header, items), entries)
 
-    def _decoder(self, run_id: str) -> Callable[[str, object], object]:
+    def decoder(self, run_id: str) -> Callable[[str, object], object]:
         """Decode a stored JSON text of ``run_id``: ``decode(what, text)``."""
         return lambda what, data: self._json(run_id, what, data)
 
@@ -435,9 +430,9 @@ class SqlCheckpoints:
         if row is None:
             msg = f"{self.name}, run {run_id!r}: the header row of checkpoint seq={seq} is missing"
             raise CheckpointFormatError(msg)
-        return self._parse_header(run_id, row[0])
+        return self.parse_header(run_id, row[0])
 
-    def _parse_header(self, run_id: str, data: object) -> dict[str, Any]:
+    def parse_header(self, run_id: str, data: object) -> dict[str, Any]:
         parsed = self._json(run_id, "checkpoint", data)
         if not isinstance(parsed, dict):
             msg = (
@@ -447,9 +442,9 @@ class SqlCheckpoints:
             raise CheckpointFormatError(msg)
         return parsed
 
-    def _entry(self, run_id: str, raw_name: object, value: object) -> tuple[str, Any, Any]:
+    def entry(self, run_id: str, raw_name: object, value: object) -> tuple[str, Any, Any]:
         """An output row, decoded: the step name, its output and its step info (or None)."""
-        name = self._text("step name", raw_name)
+        name = self.stored_text("step name", raw_name)
         entry = self._json(run_id, f"output of step {name!r}", value)
         if not (isinstance(entry, list) and len(entry) == 2):  # noqa: PLR2004
             msg = (
@@ -459,7 +454,7 @@ class SqlCheckpoints:
             raise CheckpointFormatError(msg)
         return name, entry[0], entry[1]
 
-    def _rebuild(
+    def rebuild(
         self, run_id: str, header: Mapping[str, Any], entries: Sequence[tuple[str, Any, Any]]
     ) -> WorkflowCheckpoint:
         where = f"{self.name}, run {run_id!r}"
@@ -495,13 +490,13 @@ class SqlCheckpoints:
         except ValueError as exc:
             raise CheckpointFormatError(f"{where} is unreadable JSON ({exc})") from None
 
-    def _text(self, what: str, value: object) -> str:
+    def stored_text(self, what: str, value: object) -> str:
         if not isinstance(value, str):
             msg = f"{self.name}: a stored {what} is not text: {reprlib.repr(value)}"
             raise CheckpointFormatError(msg)
         return value
 
-    def _int(self, run_id: str, what: str, value: object) -> int:
+    def stored_int(self, run_id: str, what: str, value: object) -> int:
         if type(value) is not int:
             msg = (
                 f"{self.name}, run {run_id!r}: the stored {what} must be an int, got "

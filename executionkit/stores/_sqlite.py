@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from executionkit._errors import CheckpointFormatError
 from executionkit.stores._claims import claimed, lock_owner, run_lock_name
 from executionkit.stores._files import check_regular
+from executionkit.stores._history import check_seq
 from executionkit.stores._sql import SqlCheckpoints
 from executionkit.stores._sql_schema import Dialect, tables
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 
     from executionkit._checkpoint import WorkflowCheckpoint
     from executionkit._ownership import RunOwner
+    from executionkit.stores._history import CheckpointInfo
 
 _DIALECT = Dialect(
     schema=tables("INTEGER"),
@@ -117,7 +119,8 @@ class SQLiteStore:
 
     Args:
         path: The database file (not ``":memory:"``: each call connects anew).
-        history: Keep every checkpoint saved; see `history` and `prune`.
+        history: Keep every checkpoint saved; see `checkpoints`, `load` with
+            ``seq=`` and `prune`.
             Without it a save deletes the checkpoint it replaces.
         timeout: Seconds to wait for another connection's lock before failing
             with `sqlite3.OperationalError`.
@@ -191,27 +194,72 @@ class SQLiteStore:
                 known = self._sql.save(connection, checkpoint, run_id, header)
         self._sql.committed(known)
 
-    def load(self, run_id: str | None = None) -> WorkflowCheckpoint | None:
-        """Return the latest checkpoint of ``run_id``, or None if none is stored.
+    def load(
+        self, run_id: str | None = None, *, seq: int | None = None
+    ) -> WorkflowCheckpoint | None:
+        """Return the latest checkpoint of ``run_id`` (or the one of ``seq``), or None.
 
         Args:
             run_id: The run to load. ``None`` (default) loads the latest
                 checkpoint of the run saved to most recently, which is the only
                 run when the database holds one.
+            seq: Load the run's checkpoint of this ``seq`` instead of its latest,
+                exactly as it was saved (see `checkpoints` for the seqs kept).
+
+        Returns:
+            The checkpoint, or None if the run has none (or the database holds
+            no run).
 
         Raises:
+            CheckpointNotKeptError: If ``seq`` is given and the run has
+                checkpoints, but none of that ``seq`` (without ``history=True``
+                only the latest is kept); the message names the seqs kept.
+            TypeError: If ``seq`` is not an int.
             CheckpointFormatError: If the stored rows are not a valid checkpoint
                 (the message names the database and the run), or ``path`` is not
                 an SQLite database of this store, or is a FIFO or a device.
         """
+        if seq is not None:
+            seq = check_seq(seq)
         with self._reading() as connection:
-            return None if connection is None else self._sql.load(connection, run_id)
+            if connection is None:
+                return None
+            if seq is None:
+                return self._sql.load(connection, run_id)
+            return self._sql.load_seq(connection, run_id, seq)
+
+    def checkpoints(self, run_id: str | None = None) -> list[CheckpointInfo]:
+        """Describe every checkpoint kept of ``run_id``, oldest first, without loading them.
+
+        Each `CheckpointInfo` gives a checkpoint's ``seq``, time, number of
+        outputs, the outputs it newly recorded, its failed steps and how many
+        questions and map items it holds, computed from the header rows and the
+        ``added`` and ``dropped`` seqs of the output rows: no output is read,
+        so listing a run of a thousand checkpoints costs about as much as
+        loading one. `load` with ``seq=`` rebuilds the one you want. Without
+        ``history=True`` that is the latest only.
+
+        Args:
+            run_id: The run; ``None`` (default) lists the run saved to most
+                recently, as `load` does.
+
+        Returns:
+            The checkpoints kept, oldest first; empty if the run has none.
+
+        Raises:
+            CheckpointFormatError: As `load` does, for a damaged header or row.
+        """
+        with self._reading() as connection:
+            return [] if connection is None else self._sql.checkpoints(connection, run_id)
 
     def history(self, run_id: str) -> list[WorkflowCheckpoint]:
         """Every checkpoint kept for ``run_id``, oldest first, the latest last.
 
         Without ``history=True`` that is just the latest, if any. Checkpoints a
-        save refused as stale are never kept, nor those `prune` deleted.
+        save refused as stale are never kept, nor those `prune` deleted. Each
+        is rebuilt and validated whole, which costs O(checkpoints x outputs):
+        to go back through a long run, list it with `checkpoints` and load the
+        one you want with ``load(run_id, seq=...)``.
 
         Raises:
             CheckpointFormatError: As `load` does, for any of the checkpoints.
