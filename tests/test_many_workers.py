@@ -331,8 +331,10 @@ def test_a_worker_that_another_got_ahead_of_loads_again_and_pays_for_nothing(
     class OvertakenOnce(SQLiteStore):
         """Another worker runs the whole run right after this worker's first load."""
 
-        def load(self, run_id: str | None = None) -> WorkflowCheckpoint | None:
-            checkpoint = super().load(run_id)
+        def load(
+            self, run_id: str | None = None, *, seq: int | None = None
+        ) -> WorkflowCheckpoint | None:
+            checkpoint = super().load(run_id, seq=seq)
             loads.append(str(run_id))
             if len(loads) == 1:
                 many_workers.report_workflow(str(log)).run_sync(
@@ -362,7 +364,10 @@ def test_a_worker_always_overtaken_gives_up_after_a_few_loads(
     class AlwaysBehind(SQLiteStore):
         """Every load returns nothing, as if each time another worker saved just after it."""
 
-        def load(self, run_id: str | None = None) -> WorkflowCheckpoint | None:
+        def load(
+            self, run_id: str | None = None, *, seq: int | None = None
+        ) -> WorkflowCheckpoint | None:
+            del seq
             loads.append(str(run_id))
             return None
 
