@@ -149,6 +149,9 @@ class ChildRuns:
             names = ", ".join(map(repr, result.pending))
             return Unfinished(f"the sub-workflow waits for answers to {names}")
         self._record.child_finished(name, key, result.cost)
+        if key is not None:
+            # A map's item: what it spent is its item's usage too (already in the total).
+            self._record.items.spent(name, result.cost)
         return dict(result.outputs)
 
     def _report(self, prefix: str, workflow: Workflow, result: WorkflowResult) -> None:

@@ -593,14 +593,20 @@ def test_progress_run_and_inspect_count_the_same_steps_and_tokens(tmp_path: Path
 
 
 def test_an_unfinished_map_of_sub_workflows_never_shows_zero_tokens(tmp_path: Path) -> None:
-    """Its items' usage is in the run's total (55 here), and inspect says so, not 0 tokens."""
+    """Its items' usage, finished and in progress, is what the run spent on them: 55, not 0."""
     write(tmp_path, "children.py", CHILD_MAP)
     cli(tmp_path, "run", "children:workflow", "--checkpoint", "run.json")
     text = cli(tmp_path, "inspect", "run.json", "--workflow", "children:workflow").out
     assert "tokens      50 in + 5 out = 55 tokens, 5 LLM calls" in text
-    assert "items       per: 2 of 3 items recorded (their tokens are in the run's total)" in text
+    assert (
+        "items       per: 2 of 3 items recorded (50 in + 5 out = 55 tokens, 5 LLM calls)" in text
+    )
     data = json.loads(cli(tmp_path, "inspect", "run.json", "--json").out)
-    assert data["items"]["per"]["cost"] is None
+    assert data["items"]["per"]["cost"] == {
+        "input_tokens": 50,
+        "output_tokens": 5,
+        "llm_calls": 5,
+    }
 
 
 def test_the_database_listing_counts_as_inspect_does(tmp_path: Path) -> None:

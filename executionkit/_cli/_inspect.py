@@ -257,7 +257,7 @@ def describe(
             name: {
                 "recorded": items.recorded,
                 "total": items.total,
-                "cost": None if items.cost is None else _usage(items.cost),
+                "cost": _usage(items.cost),
                 "keys": list(items.keys),
             }
             for name, items in unfinished_maps(checkpoint, workflow).items()
@@ -380,8 +380,6 @@ def _usage(cost: TokenUsage) -> dict[str, int]:
 def _items_text(name: str, items: Mapping[str, Any]) -> str:
     """``summaries: 3 of 4 items recorded (300 in + 30 out = 330 tokens, 3 LLM calls)``."""
     counted = items_text(items["recorded"], items["total"])
-    if items["cost"] is None:  # a map of sub-workflows: counted in the total as it was spent
-        return f"{show(name)}: {counted} (their tokens are in the run's total)"
     return f"{show(name)}: {counted} ({_usage_text(items['cost'])})"
 
 

@@ -25,15 +25,15 @@ class MapItems:
         total: How many items the map has, when the checkpoint tells: the map is
             over a step whose output it records. None without the workflow, or
             when the items come from the initial context (never stored).
-        cost: The recorded items' token usage (already in the checkpoint's ``cost``);
-            None for a map of sub-workflows, whose items' usage the checkpoint
-            counts only in its total, as it was spent.
+        cost: The token usage of the recorded items (already in the checkpoint's
+            ``cost``); for a map of sub-workflows, with what its items in progress
+            have spent so far.
         keys: The keys of the recorded items, in the checkpoint's order.
     """
 
     recorded: int
     total: int | None
-    cost: TokenUsage | None
+    cost: TokenUsage
     keys: tuple[str, ...] = ()
 
     def text(self) -> str:
@@ -56,11 +56,19 @@ def unfinished_maps(
         name: MapItems(
             len(entry["outputs"]),
             _total(name, checkpoint, workflow),
-            None if _of_workflows(name, checkpoint, workflow) else entry["cost"],
+            entry["cost"] + _in_progress(name, checkpoint),
             tuple(entry["outputs"]),
         )
         for name, entry in checkpoint.items.items()
     }
+
+
+def _in_progress(name: str, checkpoint: WorkflowCheckpoint) -> TokenUsage:
+    """What the sub-workflows of map ``name`` still in progress have spent so far."""
+    from executionkit._types import TokenUsage  # noqa: PLC0415
+
+    children = checkpoint.children.get(name, {}).get("items", {})
+    return sum((child.cost for child in children.values()), TokenUsage())
 
 
 def recorded_steps(checkpoint: WorkflowCheckpoint, workflow: Workflow | None) -> int:
@@ -104,20 +112,6 @@ def map_sources(workflow: Workflow) -> dict[str, str]:
     from executionkit._step_kinds import MapStep  # noqa: PLC0415 - only the commands that draw maps
 
     return {step.name: step.over for step in workflow.steps if isinstance(step, MapStep)}
-
-
-def _of_workflows(name: str, checkpoint: WorkflowCheckpoint, workflow: Workflow | None) -> bool:
-    """Whether the map ``name`` runs a workflow per item, as far as ``checkpoint`` tells."""
-    from executionkit._workflow import Workflow  # noqa: PLC0415
-
-    if "items" in checkpoint.children.get(name, {}):
-        return True
-    step = (
-        None
-        if workflow is None
-        else next((step for step in workflow.steps if step.name == name), None)
-    )
-    return step is not None and isinstance(step.run, Workflow)
 
 
 def _total(name: str, checkpoint: WorkflowCheckpoint, workflow: Workflow | None) -> int | None:
