@@ -365,7 +365,7 @@ class Record:
     def _error_texts(self) -> Mapping[str, str]:
         names = self.graph.names
         return MappingProxyType(
-            {names[p]: f"{type(e).__name__}: {e}" for p, e in sorted(self.failures.items())}
+            {names[p]: _error_text(e) for p, e in sorted(self.failures.items())}
         )
 
     def latest(self) -> WorkflowCheckpoint:
@@ -406,6 +406,32 @@ class Record:
             discarded=self.discarded,
             skipped=self.skips.in_order() if self.skips.skipped else EMPTY,
         )
+
+
+def _error_text(error: Exception) -> str:
+    """How a checkpoint's ``errors`` keep a failure: a failed map's with its first causes.
+
+    A map's error is a group of its items' errors, each noted with its key; its own
+    message names the keys only, so the causes are added, whole, as ``inspect``
+    shows them.
+    """
+    text = f"{type(error).__name__}: {error}"
+    if not isinstance(error, ExceptionGroup):
+        return text
+    causes = []
+    for item in error.exceptions[:_CAUSES]:
+        notes = getattr(item, "__notes__", ())
+        key = next((n for n in notes if n.startswith("executionkit: item ")), None)
+        if key is None:
+            return text  # not a map's items: a group the step raised itself
+        causes.append(f"{key.removeprefix('executionkit: ')}: {type(item).__name__}: {item}")
+    more = len(error.exceptions) - len(causes)
+    rest = f"; and {more} more" if more > 0 else ""
+    return f"{text}. Why: {'; '.join(causes)}{rest}"
+
+
+# How many items' errors a failed map's entry in ``errors`` quotes whole.
+_CAUSES = 3
 
 
 def _new_run_id() -> str:

@@ -681,3 +681,24 @@ async def test_an_item_retry_names_the_item() -> None:
     await workflow.run({"items": ["a", "b"]}, on_event=seen.append)
     retried = [e for e in seen if isinstance(e, ev.StepRetried)]
     assert [(e.step, e.item, e.attempt) for e in retried] == [("each", "b", 1)]
+
+
+async def test_a_failed_maps_checkpoint_keeps_why_its_first_items_failed() -> None:
+    """The checkpoint's errors quote the first three items' errors whole, then how many more."""
+
+    def check(item: int, ctx: Any) -> int:
+        if item % 2:
+            msg = f"odd number {item}: use an even one"
+            raise ValueError(msg)
+        return item
+
+    workflow = Workflow([Step.map("m", check, over="numbers")])
+    with pytest.raises(WorkflowFailed) as caught:
+        await workflow.run({"numbers": list(range(10))}, on_error="continue")
+    text = caught.value.checkpoint.errors["m"]
+    assert text.endswith(
+        ". Why: item '1' of map step 'm': ValueError: odd number 1: use an even one; "
+        "item '3' of map step 'm': ValueError: odd number 3: use an even one; "
+        "item '5' of map step 'm': ValueError: odd number 5: use an even one; and 2 more"
+    )
+    assert text.startswith("ExceptionGroup: map step 'm': 5 of 10 items failed")
