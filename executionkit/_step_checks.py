@@ -6,9 +6,11 @@ expected, when the step is built: before any run could pay for a mistake.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import math
+import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
@@ -82,6 +84,31 @@ def _unknown_options(
     )
 
 
+# Functions already found to take ``count`` arguments: one function usually serves many
+# steps (a workflow of 10,000 steps may have three), and inspect.signature is slow.
+_FIT: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
+
+
+def _fits(fn: object, count: int) -> bool:
+    """Whether ``fn`` can be called with ``count`` positional arguments (or cannot be told)."""
+    try:
+        if _FIT.get(fn) == count:
+            return True
+    except TypeError:  # not weakly referable (or not hashable): checked each time
+        pass
+    try:
+        signature = inspect.signature(fn, follow_wrapped=False)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return True
+    try:
+        signature.bind(*range(count))
+    except TypeError:
+        return False
+    with contextlib.suppress(TypeError):
+        _FIT[fn] = count
+    return True
+
+
 def check_call(name: str, fn: object, role: str, call: str, count: int) -> None:
     """Refuse ``fn`` if it cannot be called with ``count`` positional arguments.
 
@@ -93,23 +120,19 @@ def check_call(name: str, fn: object, role: str, call: str, count: int) -> None:
         WorkflowDefinitionError: Naming the step, the role (``when``), the call
             it will get (``when(ctx)``) and the signature ``fn`` has.
     """
-    try:
-        signature = inspect.signature(fn, follow_wrapped=False)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    if _fits(fn, count):
         return
-    try:
-        signature.bind(*range(count))
-    except TypeError:
-        bare = signature.replace(
-            parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
-            return_annotation=signature.empty,
-        )
-        what = getattr(fn, "__qualname__", None) or f"a {type(fn).__name__} object"
-        msg = (
-            f"step {name!r}: {role} is called as {call}, but {what} takes {bare} and cannot "
-            f"be called with {count} argument{'' if count == 1 else 's'}"
-        )
-        raise WorkflowDefinitionError(msg) from None
+    signature = inspect.signature(fn, follow_wrapped=False)  # type: ignore[arg-type]
+    bare = signature.replace(
+        parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+        return_annotation=signature.empty,
+    )
+    what = getattr(fn, "__qualname__", None) or f"a {type(fn).__name__} object"
+    msg = (
+        f"step {name!r}: {role} is called as {call}, but {what} takes {bare} and cannot "
+        f"be called with {count} argument{'' if count == 1 else 's'}"
+    )
+    raise WorkflowDefinitionError(msg)
 
 
 def _check_retry_settings(step: Step) -> None:

@@ -352,3 +352,32 @@ def test_unknown_options_suggest_the_likely_intent(build: Any, message: str) -> 
     with pytest.raises(WorkflowDefinitionError) as caught:
         build()
     assert str(caught.value) == message
+
+
+def test_one_function_serving_many_steps_is_inspected_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Building 500 steps of one function reads its signature once (building stays cheap)."""
+    import inspect as inspect_module  # noqa: PLC0415
+
+    calls: list[object] = []
+    real = inspect_module.signature
+
+    def counting(fn: Any, **kwargs: Any) -> inspect_module.Signature:
+        calls.append(fn)
+        return real(fn, **kwargs)
+
+    def shared(ctx: Any) -> int:
+        return 1
+
+    monkeypatch.setattr(inspect_module, "signature", counting)
+    Workflow([Step(f"s{n}", shared) for n in range(500)])
+    assert calls.count(shared) == 1
+
+    def wrong() -> int:
+        return 1
+
+    with pytest.raises(WorkflowDefinitionError, match="cannot be called with 1 argument"):
+        Step("again", wrong)  # type: ignore[arg-type]
+    with pytest.raises(WorkflowDefinitionError, match="cannot be called with 1 argument"):
+        Step("and again", wrong)  # type: ignore[arg-type]
