@@ -136,6 +136,9 @@ def check_keys(data: Mapping[str, Any], expected: frozenset[str], *, where: str)
             raise CheckpointFormatError(msg, path=path)
 
 
+_STR_ONLY = frozenset({str})
+
+
 def read_count(value: object, path: str) -> int:
     if type(value) is not int or value < 0:
         fail(path, "a non-negative int", value)
@@ -189,6 +192,8 @@ def read_new_outputs(value: object, outputs: Mapping[str, Any]) -> None:
 
 
 def read_dict(value: object, path: str) -> dict[str, Any]:
+    if type(value) is dict and _STR_ONLY.issuperset(map(type, value)):  # all keys exactly str
+        return value.copy()
     if not isinstance(value, Mapping):
         fail(path, "a dict", value)
     result: dict[str, Any] = {}
@@ -237,13 +242,13 @@ def read_progress(
 
 
 def read_step_info(
-    value: object,
+    raw: dict[str, Any],
     version: int,
     outputs: Mapping[str, Any],
     progress: Mapping[str, Any],
     others: Iterable[str] = (),
 ) -> MappingProxyType[str, Mapping[str, Any]]:
-    raw = read_dict(value, "step_info")
+    """Check ``step_info``, already read with `read_dict`, and freeze it."""
     if raw and version < 2:  # noqa: PLR2004 - the version that introduced it
         msg = f"checkpoint field 'step_info' needs format version 2, got version {version}"
         raise CheckpointFormatError(msg, path="step_info")
@@ -258,19 +263,28 @@ def read_step_info(
         raise CheckpointFormatError(msg, path="step_info")
     info: dict[str, Mapping[str, Any]] = {}
     for name, entry in raw.items():
-        where = f"step_info.{name}"
-        fields = read_dict(entry, where)
-        kind = fields.pop("kind", "step")
-        check_keys(fields, STEP_INFO_KEYS, where=f"{where}.")
-        if kind != "step" and (version < 3 or kind not in STEP_KINDS):  # noqa: PLR2004
-            expected = "absent (format 2 has no kinds)" if version < 3 else _KINDS_TEXT  # noqa: PLR2004
-            fail(f"{where}.kind", expected, kind)
-        step_version = fields["version"]
+        if (
+            type(entry) is dict
+            and len(entry) == 2  # noqa: PLR2004 - the commonest: a plain step's two fields
+            and "version" in entry
+            and "depends_on" in entry
+        ):
+            kind = "step"
+            step_version = entry["version"]
+            deps = entry["depends_on"]
+        else:
+            fields = read_dict(entry, f"step_info.{name}")
+            kind = fields.pop("kind", "step")
+            check_keys(fields, STEP_INFO_KEYS, where=f"step_info.{name}.")
+            if kind != "step" and (version < 3 or kind not in STEP_KINDS):  # noqa: PLR2004
+                expected = "absent (format 2 has no kinds)" if version < 3 else _KINDS_TEXT  # noqa: PLR2004
+                fail(f"step_info.{name}.kind", expected, kind)
+            step_version = fields["version"]
+            deps = fields["depends_on"]
         if step_version is not None and (type(step_version) is not str or not step_version):
-            fail(f"{where}.version", "a non-empty str or None", step_version)
-        deps = fields["depends_on"]
+            fail(f"step_info.{name}.version", "a non-empty str or None", step_version)
         if not isinstance(deps, (list, tuple)) or not all(type(d) is str and d for d in deps):
-            fail(f"{where}.depends_on", "a list of step names", deps)
+            fail(f"step_info.{name}.depends_on", "a list of step names", deps)
         entry_fields = {"version": step_version, "depends_on": tuple(deps)}
         if kind != "step":
             entry_fields["kind"] = kind

@@ -76,39 +76,28 @@ class Graph:
         self.dependents: tuple[tuple[int, ...], ...] = tuple(map(tuple, dependents))
         # The batches of a fresh run where every step completes, each in declaration order.
         self.levels: tuple[tuple[int, ...], ...] = self._levels()
+        kinds = _Kinds(self.steps)
+        maps, workflows, asks = kinds.maps, kinds.workflows, kinds.asks
+        plain_items, plain, encoded = kinds.plain_items, kinds.plain, kinds.encoded
+        conditions, step_info = kinds.conditions, kinds.step_info
         # Map steps: their run is called once per item, by the map's own driver.
-        self.maps = frozenset(p for p, step in enumerate(self.steps) if isinstance(step, MapStep))
+        self.maps = frozenset(maps)
         # Steps whose run is a Workflow: sub-workflows (a map's items, for a map).
-        self.workflows = frozenset(p for p, step in enumerate(self.steps) if is_workflow(step.run))
+        self.workflows = frozenset(workflows)
         # Ask steps: their run computes a question, and their output is the answer.
-        self.asks = frozenset(p for p, step in enumerate(self.steps) if isinstance(step, AskStep))
+        self.asks = frozenset(asks)
         # Maps whose function is plain: with an executor, their items run there.
-        self.plain_items = frozenset(
-            p
-            for p in self.maps
-            if not is_async_callable(self.steps[p].run) and p not in self.workflows
-        )
+        self.plain_items = frozenset(plain_items)
         # Plain-function steps; those without retries run inline, without a task.
-        self.plain = frozenset(
-            position
-            for position, step in enumerate(self.steps)
-            if not is_async_callable(step.run)
-            and position not in self.maps
-            and position not in self.asks
-            and position not in self.workflows
-        )
-        self.inline = frozenset(p for p in self.plain if self.steps[p].retries == 0)
+        self.plain = frozenset(plain)
+        self.inline = frozenset(p for p in plain if self.steps[p].retries == 0)
         # Steps whose outputs are recorded through Step.encode.
-        self.encoded = frozenset(p for p, step in enumerate(self.steps) if step.encode is not None)
+        self.encoded = frozenset(encoded)
         # What checkpoints record about each step, built once and shared by all of them.
-        self.step_info: dict[str, Mapping[str, Any]] = {
-            step.name: MappingProxyType(_info(step)) for step in self.steps
-        }
+        self.step_info = step_info
         # Steps with a `when` condition, and everything downstream of one: those a
         # condition may skip, whose skipping must be decided before they start.
-        self.conditional = self.descendants(
-            {p for p, step in enumerate(self.steps) if step.when is not None}, inclusive=True
-        )
+        self.conditional = self.descendants(conditions, inclusive=True)
         # Initial-context keys every run must be given.
         self.inputs: tuple[str, ...] = self._checked_inputs(inputs)
         # Maps whose items come from the initial context: over names no step. Those a
@@ -213,7 +202,8 @@ class Graph:
         ]
         if unknown:
             raise WorkflowDefinitionError("; ".join(unknown))
-        return tuple(tuple(self.index[dep] for dep in step.depends_on) for step in self.steps)
+        position_of = self.index.__getitem__
+        return tuple(tuple(map(position_of, step.depends_on)) for step in self.steps)
 
     def _levels(self) -> tuple[tuple[int, ...], ...]:
         # Kahn's algorithm, a level at a time: whatever cannot be peeled off lies on or
@@ -313,6 +303,8 @@ def graph_of(workflow: Workflow) -> Graph:
 
 def kind_of(step: Step) -> str:
     """What a step is, as ``step_info`` records it: step, map, ask or workflow."""
+    if type(step) is Step and not is_workflow(step.run):
+        return "step"
     if isinstance(step, MapStep):
         return "map"
     if isinstance(step, AskStep):
@@ -362,6 +354,53 @@ def _as_steps(steps: Iterable[Step]) -> tuple[Step, ...]:
             raise WorkflowDefinitionError(msg)
         result.append(step)
     return tuple(result)
+
+
+class _Kinds:
+    """The positions of each kind of step, and what checkpoints record of each, in one pass."""
+
+    def __init__(self, steps: tuple[Step, ...]) -> None:
+        """Sort ``steps`` by kind (`Graph.__init__` says what each list holds)."""
+        self.maps: list[int] = []
+        self.workflows: list[int] = []
+        self.asks: list[int] = []
+        self.plain_items: list[int] = []
+        self.plain: list[int] = []
+        self.encoded: list[int] = []
+        self.conditions: list[int] = []
+        self.step_info: dict[str, Mapping[str, Any]] = {}
+        # Consecutive steps mostly share their function: ask inspect once for each run.
+        last_run: object = None
+        last_async = False
+        for position, step in enumerate(steps):
+            kind = kind_of(step)
+            if kind == "step":
+                if step.run is not last_run:
+                    last_run = step.run
+                    last_async = is_async_callable(last_run)
+                if not last_async:
+                    self.plain.append(position)
+                self.step_info[step.name] = MappingProxyType(
+                    {"version": step.version, "depends_on": step.depends_on}
+                )
+            else:
+                self._other(position, step, kind)
+            if step.encode is not None:
+                self.encoded.append(position)
+            if step.when is not None:
+                self.conditions.append(position)
+
+    def _other(self, position: int, step: Step, kind: str) -> None:
+        """Sort a step that is not a plain step: a map, an ask or a sub-workflow."""
+        if kind == "map":
+            self.maps.append(position)
+            if not is_workflow(step.run) and not is_async_callable(step.run):
+                self.plain_items.append(position)
+        elif kind == "ask":
+            self.asks.append(position)
+        if is_workflow(step.run):
+            self.workflows.append(position)
+        self.step_info[step.name] = MappingProxyType(_info(step))
 
 
 class Frontier:

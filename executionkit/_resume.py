@@ -207,7 +207,7 @@ def _distrust(
     """Why the recorded work of step ``name`` cannot be trusted, or None if it can."""
     step = graph.steps[graph.index[name]]
     info = checkpoint.step_info.get(name)
-    lacking = [dep for dep in step.depends_on if dep not in have]
+    lacking = [dep for dep in step.depends_on if dep not in have] if step.depends_on else ()
     if name in rerun:
         return "rerun requested"
     kind = kind_of(step)
@@ -218,7 +218,11 @@ def _distrust(
             f"version changed from {_describe_version(info['version'])} to "
             f"{_describe_version(step.version)}"
         )
-    if info is not None and set(info["depends_on"]) != set(step.depends_on):
+    if (
+        info is not None
+        and info["depends_on"] != step.depends_on
+        and set(info["depends_on"]) != set(step.depends_on)
+    ):
         return (
             f"dependencies changed from {sorted(info['depends_on'])!r} to "
             f"{sorted(step.depends_on)!r}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import KW_ONLY, MISSING, dataclass, field, fields
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
 
@@ -35,8 +35,12 @@ Join: TypeAlias = Literal["all", "any"]
 """How a step treats skipped dependencies: skipped if any was (``"all"``), or only if all were."""
 
 
+# Read-only, so one empty mapping serves every step given no metadata.
+_EMPTY_METADATA: MappingProxyType[str, Any] = MappingProxyType({})
+
+
 def _empty_metadata() -> MappingProxyType[str, Any]:
-    return MappingProxyType({})
+    return _EMPTY_METADATA
 
 
 @dataclass(frozen=True, repr=False)
@@ -140,27 +144,49 @@ class Step:
             msg = f"step name must be a non-empty str, got {type(name).__name__} {name!r}"
             raise WorkflowDefinitionError(msg)
         run: object = self.run
-        if not callable(run) and not is_workflow(run):
+        if is_workflow(run):
+            pass
+        elif not callable(run):
             msg = (
                 f"step {name!r}: run must be callable (a function or coroutine function "
                 f"taking ctx) or a Workflow, got {type(run).__name__} {run!r}"
             )
             raise WorkflowDefinitionError(msg)
-        if not is_workflow(run):
+        else:
             check_call(name, run, *self._called_as)
-        object.__setattr__(self, "depends_on", _normalise_depends_on(name, self.depends_on))
+        depends_on: object = self.depends_on
+        if type(depends_on) is not tuple or depends_on:
+            object.__setattr__(self, "depends_on", _normalise_depends_on(name, depends_on))
         metadata: object = self.metadata
-        if not isinstance(metadata, Mapping):
-            msg = (
-                f"step {name!r}: metadata must be a mapping, "
-                f"got {type(metadata).__name__} {metadata!r}"
-            )
-            raise WorkflowDefinitionError(msg)
-        if not isinstance(metadata, MappingProxyType):
-            object.__setattr__(self, "metadata", MappingProxyType(dict(metadata)))
-        _check_retry_settings(self)
-        _check_resume_settings(self)
-        _check_condition(self)
+        if type(metadata) is not MappingProxyType:
+            if not isinstance(metadata, Mapping):
+                msg = (
+                    f"step {name!r}: metadata must be a mapping, "
+                    f"got {type(metadata).__name__} {metadata!r}"
+                )
+                raise WorkflowDefinitionError(msg)
+            if not isinstance(metadata, MappingProxyType):
+                object.__setattr__(self, "metadata", MappingProxyType(dict(metadata)))
+        self._check_settings()
+
+    def _check_settings(self) -> None:
+        """Check the retry, resume and condition settings that are not the defaults."""
+        # Most steps keep every default, and the defaults (those very objects) are valid.
+        defaults = _DEFAULTS
+        if (
+            self.retries is not defaults["retries"]
+            or self.retry_on is not defaults["retry_on"]
+            or self.retry_delay is not defaults["retry_delay"]
+            or self.retry_backoff is not defaults["retry_backoff"]
+            or self.retry_max_delay is not defaults["retry_max_delay"]
+            or self.retry_jitter is not defaults["retry_jitter"]
+            or self.timeout is not None
+        ):
+            _check_retry_settings(self)
+        if self.version is not None or self.encode is not None or self.decode is not None:
+            _check_resume_settings(self)
+        if self.when is not None or self.join is not defaults["join"]:
+            _check_condition(self)
 
     def __repr__(self) -> str:
         """Show the name, callable, dependencies, metadata and any non-default setting."""
@@ -289,6 +315,11 @@ class Step:
             expires_after=expires_after,
         )
 
+
+# Each field's default value: the very objects a step built without the field holds.
+_DEFAULTS: dict[str, Any] = {
+    item.name: item.default for item in fields(Step) if item.default is not MISSING
+}
 
 _SETTING_DEFAULTS = (
     ("retries", 0),

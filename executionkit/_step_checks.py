@@ -91,8 +91,12 @@ _FIT: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
 
 def _fits(fn: object, count: int) -> bool:
     """Whether ``fn`` can be called with ``count`` positional arguments (or cannot be told)."""
+    last, last_count = _last_fit
+    if last() is fn and last_count == count:
+        return True
     try:
         if _FIT.get(fn) == count:
+            _remember_last(fn, count)
             return True
     except TypeError:  # not weakly referable (or not hashable): checked each time
         pass
@@ -106,7 +110,21 @@ def _fits(fn: object, count: int) -> bool:
         return False
     with contextlib.suppress(TypeError):
         _FIT[fn] = count
+        _remember_last(fn, count)
     return True
+
+
+def _nothing() -> None:
+    return None
+
+
+# The function found to fit last, weakly, and its count: consecutive steps mostly share one.
+_last_fit: tuple[Callable[[], object], int] = (_nothing, -1)
+
+
+def _remember_last(fn: object, count: int) -> None:
+    global _last_fit  # noqa: PLW0603 - a one-entry cache
+    _last_fit = (weakref.ref(fn), count)
 
 
 def check_call(name: str, fn: object, role: str, call: str, count: int) -> None:
@@ -237,9 +255,15 @@ def _normalise_retry_on(name: str, retry_on: object) -> tuple[type[Exception], .
 
 def is_workflow(run: object) -> bool:
     """Whether ``run`` is a `Workflow` (a step running it is a sub-workflow)."""
+    return isinstance(run, _workflow_class())
+
+
+@functools.cache
+def _workflow_class() -> type:
+    """`Workflow`, imported once: this module is imported before it (a cycle)."""
     from executionkit._workflow import Workflow  # noqa: PLC0415 - a cycle; loaded by then
 
-    return isinstance(run, Workflow)
+    return Workflow
 
 
 def is_async_callable(run: object) -> bool:
@@ -250,6 +274,10 @@ def is_async_callable(run: object) -> bool:
 
 
 def _normalise_depends_on(name: str, depends_on: object) -> tuple[str, ...]:
+    if type(depends_on) is tuple and len(depends_on) == 1:  # the commonest: one dependency
+        dep = depends_on[0]
+        if type(dep) is str and dep and dep != name:
+            return depends_on
     if isinstance(depends_on, str):
         msg = (
             f"step {name!r}: depends_on must be a collection of step names, not a single "
