@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from executionkit._checkpoint import WorkflowCheckpoint
+from executionkit._checkpoint import WorkflowCheckpoint, trusted_checkpoint
 from executionkit._errors import CheckpointFormatError
 from executionkit.stores._common import TOO_DEEP, dumps, loads, stale
 from executionkit.stores._history import CheckpointInfo, CheckpointNotKeptError
@@ -42,6 +42,7 @@ from executionkit.stores._sql_schema import (
     DROP,
     FORGET_DROPPED,
     FORGET_HEADER,
+    FORGET_HEADER_RETURNING,
     HEADER,
     KEEP_FROM,
     LATEST,
@@ -72,6 +73,7 @@ _OLDER = {
 _DERIVED = ("outputs", "step_index")
 # How many runs' stored state one store object remembers, for its fast path.
 _CACHED_RUNS = 16
+_FIELDS = tuple(field.name for field in dataclasses.fields(WorkflowCheckpoint))
 
 
 @dataclass
@@ -145,20 +147,23 @@ class SqlCheckpoints:
         Returns what to pass to `committed` once the transaction commits, or None
         when nothing was written (the same checkpoint again).
         """
-        db.execute(NEW_RUN, (run_id,))  # so that there is a row to lock
-        stored_seq, written, next_ord = self._run_row(db, run_id)
+        stored_seq, written, next_ord = self._lock_run(db, run_id)
+        with self._lock:  # a thread saving the same run meanwhile takes the slow path
+            known = self._known.pop(run_id, None)
+        after = known is not None and self._next(known, checkpoint, stored_seq, written)
+        forgotten = False  # whether the stored header is deleted already
         if stored_seq >= 0:
-            # Damage is reported, never written over: the stored header must read back.
-            self._read_header(db, run_id, stored_seq)
+            forgotten = self._check_stored(db, run_id, checkpoint, stored_seq, replaced=after)
             if checkpoint.seq <= stored_seq:
                 if checkpoint.seq == stored_seq and self._same(db, run_id, checkpoint, stored_seq):
                     return None  # the same checkpoint again: nothing to do
                 raise stale(self.name, checkpoint, stored_seq)
-        with self._lock:  # a thread saving the same run meanwhile takes the slow path
-            known = self._known.pop(run_id, None)
         seq = checkpoint.seq
-        after = known is not None and self._next(known, checkpoint, stored_seq, written)
-        if after and known is not None and self._follows(known, checkpoint):
+        # The fast paths append only: they drop no output row, and item rows only of
+        # the maps that finished. A store without history keeps no dropped row after
+        # its save (below), so then there is nothing to forget but those.
+        outputs_appended = after and known is not None and self._follows(known, checkpoint)
+        if outputs_appended and known is not None:
             names, ords, new = known.names, known.ords, list(checkpoint.new_outputs)
         else:
             names, ords, new, next_ord = self._diff(db, run_id, checkpoint, seq, next_ord)
@@ -168,17 +173,18 @@ class SqlCheckpoints:
             names.append(name)
             ords[name] = next_ord
             next_ord += 1
-        for row in rows:
-            db.execute(ADD, row)
+        for row_ in rows:
+            db.execute(ADD, row_)
+        items_appended = False
         if after and known is not None and self.items.follow(checkpoint, known.maps):
+            items_appended = all(name in checkpoint.items for name in known.maps)
             maps, next_ord = self.items.save_next(db, run_id, checkpoint, next_ord, known.maps)
         else:
             maps, next_ord = self.items.save_differences(db, run_id, checkpoint, next_ord)
         db.execute(ADD_HEADER, (run_id, seq, checkpoint.created_at, header))
         if not self.keeps_history and stored_seq >= 0:
-            db.execute(FORGET_HEADER, (run_id, stored_seq))
-            db.execute(FORGET_DROPPED, (run_id, run_id))
-            db.execute(FORGET_DROPPED_ITEMS, (run_id, run_id))
+            needed = (not forgotten, not outputs_appended, not items_appended)
+            self._forget(db, run_id, stored_seq, needed)
         # The WHERE clause repeats the seq check made under the lock: even a writer
         # that skipped it could never move a run backwards.
         update = (
@@ -189,6 +195,56 @@ class SqlCheckpoints:
         if done is None:  # pragma: no cover - the lock makes this unreachable
             raise stale(self.name, checkpoint, stored_seq)
         return Known(run_id, lineage(checkpoint), seq, done[0], next_ord, names, ords, maps)
+
+    @staticmethod
+    def _forget(
+        db: Database, run_id: str, stored_seq: int, needed: tuple[bool, bool, bool]
+    ) -> None:
+        """Delete the replaced header and the rows no kept checkpoint sees, as ``needed``."""
+        forget = (
+            (FORGET_HEADER, (run_id, stored_seq)),
+            (FORGET_DROPPED, (run_id, run_id)),
+            (FORGET_DROPPED_ITEMS, (run_id, run_id)),
+        )
+        for (statement, params), wanted in zip(forget, needed, strict=True):
+            if wanted:
+                db.execute(statement, params)
+
+    def _lock_run(self, db: Database, run_id: str) -> tuple[int, int, int]:
+        """The run row's seq, written and next_ord, locked; inserted first if missing.
+
+        Inserting first, always: PostgreSQL then holds the row-exclusive lock of the
+        runs table from the start, as a save did before, so a store creating the
+        tables meanwhile waits for it rather than deadlocking with it.
+        """
+        db.execute(NEW_RUN, (run_id,))  # so that there is a row to lock
+        row = self._run_row(db, run_id)
+        if row is None:  # pragma: no cover - inserted just above, under the lock
+            msg = f"{self.name}, run {run_id!r}: the run row is missing"
+            raise CheckpointFormatError(msg)
+        return row
+
+    def _check_stored(
+        self,
+        db: Database,
+        run_id: str,
+        checkpoint: WorkflowCheckpoint,
+        stored_seq: int,
+        *,
+        replaced: bool,
+    ) -> bool:
+        """Read the stored header back: damage is reported, never written over.
+
+        When ``checkpoint`` is the run's next one (``replaced``) in a store without
+        history, the header is deleted as it is read, in one statement, and this
+        returns True.
+        """
+        if replaced and not self.keeps_history and checkpoint.seq > stored_seq:
+            gone = db.execute(FORGET_HEADER_RETURNING, (run_id, stored_seq)).fetchone()
+            self._header_row(run_id, stored_seq, gone)
+            return True
+        self._read_header(db, run_id, stored_seq)
+        return False
 
     def committed(self, known: Known | None) -> None:
         """Remember what a save committed, for the next save's fast path."""
@@ -268,16 +324,20 @@ class SqlCheckpoints:
         info = checkpoint.step_info
         others = {name: info[name] for name in unfinished(checkpoint)}
         try:
-            slim = dataclasses.replace(
-                checkpoint,
-                outputs={},
-                step_index=0,
-                step_info=others,
-                new_outputs=(),
-                items=header_items(checkpoint),  # the items are rows
-                new_items={},
-            )
-            data = slim.to_dict()
+            # A copy without outputs, built unchecked: every field of it comes from
+            # ``checkpoint``, validated already, so that a save costs O(1), not O(outputs).
+            fields: dict[str, Any] = {
+                "outputs": {},
+                "step_index": 0,
+                "step_info": others,
+                "new_outputs": (),
+                "items": header_items(checkpoint),  # the items are rows
+                "new_items": {},
+            }
+            for name in _FIELDS:
+                if name not in fields:
+                    fields[name] = getattr(checkpoint, name)
+            data = trusted_checkpoint(fields).to_dict()
             for key in _DERIVED:
                 del data[key]
             data["items"] = slim_header_items(data["items"])
@@ -302,8 +362,11 @@ class SqlCheckpoints:
             raise unstorable(checkpoint, self.name, exc) from exc
         return text
 
-    def _run_row(self, db: Database, run_id: str) -> tuple[int, int, int]:
+    def _run_row(self, db: Database, run_id: str) -> tuple[int, int, int] | None:
+        """The run row's seq, written and next_ord, locked; None if the run has none."""
         row = db.execute(self.dialect.lock_run, (run_id,)).fetchone()
+        if row is None:
+            return None
         seq, written, next_ord = row
         for column, value in (("seq", seq), ("written", written), ("next_ord", next_ord)):
             if type(value) is not int:
@@ -426,7 +489,10 @@ class SqlCheckpoints:
         return lambda what, data: self._json(run_id, what, data)
 
     def _read_header(self, db: Database, run_id: str, seq: int) -> dict[str, Any]:
-        row = db.execute(HEADER, (run_id, seq)).fetchone()
+        return self._header_row(run_id, seq, db.execute(HEADER, (run_id, seq)).fetchone())
+
+    def _header_row(self, run_id: str, seq: int, row: Sequence[object] | None) -> dict[str, Any]:
+        """The header of checkpoint ``seq`` from its row, fetched (None if it has none)."""
         if row is None:
             msg = f"{self.name}, run {run_id!r}: the header row of checkpoint seq={seq} is missing"
             raise CheckpointFormatError(msg)

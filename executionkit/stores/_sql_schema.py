@@ -81,6 +81,7 @@ ADD_HEADER = (
     "INSERT INTO executionkit_headers (run_id, seq, created_at, header) VALUES (?, ?, ?, ?)"
 )
 FORGET_HEADER = "DELETE FROM executionkit_headers WHERE run_id = ? AND seq = ?"
+FORGET_HEADER_RETURNING = f"{FORGET_HEADER} RETURNING header"
 # Rows no kept checkpoint can see: dropped at or before the oldest kept seq.
 FORGET_DROPPED = """DELETE FROM executionkit_outputs WHERE run_id = ? AND dropped IS NOT NULL
     AND dropped <= (SELECT MIN(seq) FROM executionkit_headers WHERE run_id = ?)"""

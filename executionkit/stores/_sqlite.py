@@ -156,6 +156,7 @@ class SQLiteStore:
         self._lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
         self._opened_by: dict[int, int] = {}  # id(connection) -> the pid that opened it
+        self._wal: set[int] = set()  # id(connection) of those that found the database in WAL
         self._generation = 0
 
     def __repr__(self) -> str:
@@ -187,7 +188,8 @@ class SQLiteStore:
             raise ValueError(msg)
         header = self._sql.header(checkpoint)  # before creating the database file
         with self._connect() as connection:
-            _use_wal(connection)
+            if id(connection) not in self._wal:
+                self._use_wal(connection)
             connection.execute("BEGIN IMMEDIATE")
             with connection:  # commits, or rolls back if anything raises
                 self._create(connection)
@@ -367,8 +369,10 @@ class SQLiteStore:
         return seq if seq >= 0 else None
 
     def _create(self, connection: sqlite3.Connection) -> None:
-        self._refuse_old(connection)
-        if _has_table(connection, "executionkit_schema"):
+        found = _tables(connection)
+        if _OLD_TABLE in found:
+            self._refuse_old(connection)
+        if "executionkit_schema" in found:
             self._sql.check_version(connection)
         else:
             self._sql.create(connection)
@@ -416,6 +420,23 @@ class SQLiteStore:
                 self._sql.check_version(connection)
                 yield connection
 
+    def _use_wal(self, connection: sqlite3.Connection) -> None:
+        """Put the database in WAL mode: readers then never block the writer.
+
+        The mode is persistent, and only settable outside a transaction, so once per
+        database. Switching needs the database to itself; if another connection holds
+        a lock meanwhile, this save runs in the current mode (either is safe) and a
+        later one switches. A connection that found WAL asks no more: the mode stays
+        (leaving it needs the database to itself, and a save in either mode is safe).
+        """
+        import sqlite3  # noqa: PLC0415 - loaded already by _connect
+
+        if connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+            self._wal.add(id(connection))
+            return
+        with contextlib.suppress(sqlite3.OperationalError):
+            connection.execute("PRAGMA journal_mode = WAL")
+
     def close(self) -> None:
         """Close the connections this store keeps open (one per thread that used it).
 
@@ -457,6 +478,7 @@ class SQLiteStore:
             self._local.held = None
             self._forget(held[1])
             held = None
+        fresh = held is None
         if held is None:
             connection = sqlite3.connect(
                 self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
@@ -469,7 +491,8 @@ class SQLiteStore:
         connection = held[1]
         self._local.held = None  # until this call ends well
         try:
-            connection.execute(f"PRAGMA synchronous = {self.synchronous}")
+            if fresh:  # a connection's setting: once, where damage is reported
+                connection.execute(f"PRAGMA synchronous = {self.synchronous}")
             yield connection
         except sqlite3.DatabaseError as exc:
             self._forget(connection)
@@ -496,22 +519,7 @@ class SQLiteStore:
             # under the parent's feet (SQLite: never use a connection across fork).
             _INHERITED.append(connection)
         self._opened_by.pop(id(connection), None)
-
-
-def _use_wal(connection: sqlite3.Connection) -> None:
-    """Put the database in WAL mode: readers then never block the writer.
-
-    The mode is persistent, and only settable outside a transaction, so once per
-    database. Switching needs the database to itself; if another connection holds
-    a lock meanwhile, this save runs in the current mode (either is safe) and a
-    later one switches.
-    """
-    import sqlite3  # noqa: PLC0415 - loaded already by _connect
-
-    if connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
-        return
-    with contextlib.suppress(sqlite3.OperationalError):
-        connection.execute("PRAGMA journal_mode = WAL")
+        self._wal.discard(id(connection))
 
 
 def _text_or_bytes(data: bytes) -> str | bytes:
@@ -520,6 +528,12 @@ def _text_or_bytes(data: bytes) -> str | bytes:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return data  # for _decode to name, with the run it belongs to
+
+
+def _tables(connection: sqlite3.Connection) -> set[object]:
+    """Which of the tables this store looks for the database holds, in one query."""
+    query = "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)"
+    return {row[0] for row in connection.execute(query, (_OLD_TABLE, "executionkit_schema"))}
 
 
 def _has_table(connection: sqlite3.Connection, name: str) -> bool:
