@@ -6,6 +6,11 @@ Modes, by the first argument:
   line on stdout. Each trial opens a new store object, loads the run's latest
   checkpoint and resumes it with its answer to the question ``approve``. Every
   step body appends ``run_id step answer pid`` to the log file.
+- ``answer-once KIND WHERE RUN_ID LOG ANSWER``: resumes the run once, answering the
+  question ``approve`` with ANSWER if it still waits for one (else without answers),
+  and exits as ``map`` does.
+  ``execute`` prints ``execute <the answer it acts on>`` when it starts and logs
+  ``execute <that answer> pid`` when it ends.
 - ``map KIND WHERE RUN_ID LOG ITEMS``: resumes (or starts) one run of a map of
   ITEMS items and exits: 0 when it finished, 4 when another process owns the run,
   5 when the store was ahead of the checkpoint it loaded. Each item appends
@@ -156,10 +161,50 @@ def run_map(kind: str, where: str, run_id: str, log: str, items: int) -> int:
         close(store)
 
 
+def answer_once(kind: str, where: str, run_id: str, log: str, answer: str) -> int:
+    def execute(ctx: Any) -> str:
+        sys.stdout.write(f"execute {ctx['approve']}\n")
+        sys.stdout.flush()
+        time.sleep(0.002)  # the work a kill lands in
+        note(log, f"execute {ctx['approve']} {os.getpid()}")
+        return f"done with {ctx['approve']}"
+
+    workflow = Workflow(
+        [
+            Step("draft", lambda ctx: "the plan"),
+            Step.ask("approve", lambda ctx: f"run {ctx['draft']}?", depends_on=("draft",)),
+            Step("execute", execute, depends_on=("approve",)),
+        ]
+    )
+    store = open_store(kind, where)
+    try:
+        checkpoint = load(store, kind, run_id)
+        waiting = checkpoint is not None and "approve" in checkpoint.pending
+        try:
+            workflow.run_sync(
+                {"run": run_id},
+                checkpoint_fn=store,
+                resume_from=checkpoint,
+                run_id=None if checkpoint is not None else run_id,
+                answers={"approve": answer} if waiting else None,
+                checkpoint_every="step",
+            )
+        except RunClaimedError:
+            return EXIT_CLAIMED
+        except StaleCheckpointError:
+            return EXIT_STALE
+        return 0
+    finally:
+        close(store)
+
+
 def main() -> int:
     if sys.argv[1] == "answer":
         serve_answers()
         return 0
+    if sys.argv[1] == "answer-once":
+        kind, where, run_id, log, answer = sys.argv[2:7]
+        return answer_once(kind, where, run_id, log, answer)
     kind, where, run_id, log, items = sys.argv[2:7]
     return run_map(kind, where, run_id, log, int(items))
 

@@ -179,6 +179,7 @@ def check_trial(  # noqa: PLR0917 - one trial's facts, named at the call
 
 ITEMS = 24
 KILLS = 4
+KILLS_IN_GATE = 2
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -263,3 +264,78 @@ def check_soak(log: Path) -> None:
             items.add(key)
         else:
             items.discard(key)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_two_answerers_restarting_under_kill_9_act_only_on_the_stored_answer(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, report: dict[str, Any]
+) -> None:
+    """Kills at random, restarts: the gated step only ever runs with the answer stored."""
+    location = where_for(kind, tmp_path, request)(0)
+    log = tmp_path / "gate.log"
+    store = open_store(kind, location)
+    try:
+        gated(str(log), "-").run_sync({"run": "gate"}, checkpoint_fn=store, run_id="gate")
+    finally:
+        getattr(store, "close", lambda: None)()
+    answers = ["yes", "no"]
+    slots = [spawn("answer-once", kind, location, "gate", str(log), answer) for answer in answers]
+    kills = refused = 0
+    started: list[str] = []
+    finished = False
+    deadline = time.monotonic() + BOUND
+    try:
+        with selectors.DefaultSelector() as selector:
+            for slot, process in enumerate(slots):
+                assert process.stdout is not None
+                selector.register(process.stdout, selectors.EVENT_READ, slot)
+            while not finished:
+                assert time.monotonic() < deadline, "the runs did not finish"
+                for key, _ in selector.select(1.0):
+                    slot = key.data
+                    process = slots[slot]
+                    line = process.stdout.readline() if process.stdout else ""
+                    if line:
+                        started.append(line.split()[1])
+                        if kills < KILLS_IN_GATE:  # killed inside the gated step itself
+                            os.kill(process.pid, signal.SIGKILL)
+                            kills += 1
+                        continue
+                    status = process.wait()
+                    if status == 0:
+                        finished = True
+                        break
+                    assert status in {-signal.SIGKILL, 4, 5}, status
+                    refused += status in {4, 5}
+                    selector.unregister(key.fileobj)
+                    stop(process)
+                    slots[slot] = spawn(
+                        "answer-once", kind, location, "gate", str(log), answers[slot]
+                    )
+                    assert slots[slot].stdout is not None
+                    selector.register(slots[slot].stdout, selectors.EVENT_READ, slot)
+    finally:
+        for process in slots:
+            stop(process)
+    store = open_store(kind, location)
+    try:
+        final = load(store, kind, "gate")
+    finally:
+        getattr(store, "close", lambda: None)()
+    stored = final.outputs["approve"]
+    acted = [
+        line.split()[1]
+        for line in log.read_text(encoding="utf-8").splitlines()
+        if line.startswith("execute ")
+    ]
+    # A kill lands inside the gated step (rarely just after it was saved, and then
+    # the run is over); each kill ran it again, with the same, stored, answer.
+    assert kills >= 1
+    assert len(started) >= kills
+    assert set(started) == set(acted) == {stored}, (stored, started, acted)
+    assert final.outputs["execute"] == f"done with {stored}"
+    report[f"answers under kill/{kind}"] = {
+        "kills": kills,
+        "refused restarts": refused,
+        "execute completions": len(acted),
+    }
