@@ -7,6 +7,7 @@ import json
 import os
 import tempfile
 import threading
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -120,6 +121,12 @@ class JsonLinesStore:
     file started over from) stay until `compact` rewrites the file as its
     latest checkpoint alone.
 
+    The file is kept open between saves (one descriptor, closed by `close`
+    or when the store is garbage-collected): the run's next line is written,
+    fsynced and returns without reopening it. It is opened anew whenever the
+    file at ``path`` is another one (replaced, compacted, deleted) or the
+    process forked.
+
     Args:
         path: The ``.jsonl`` file; created on the first save.
     """
@@ -130,6 +137,7 @@ class JsonLinesStore:
         self._claim_lock = self.path.with_name(f"{self.path.name}.claim")
         self._lock = threading.Lock()
         self._state: _LinesState | None = None
+        self._open: _OpenFile | None = None  # the descriptor kept open between saves
 
     def __repr__(self) -> str:
         """Show the path."""
@@ -170,6 +178,20 @@ class JsonLinesStore:
                 raise unstorable(checkpoint, repr(self), exc) from exc
             self._state = None  # unknown until the append has finished
             self._state = self._append(state, data, checkpoint, prefix)
+
+    def close(self) -> None:
+        """Close the file this store keeps open between saves.
+
+        Optional: it closes when the store is garbage-collected, and the next
+        save opens it again.
+        """
+        with self._lock:
+            self._forget_open()
+
+    def _forget_open(self) -> None:
+        opened, self._open = self._open, None
+        if opened is not None:
+            opened.close()
 
     def load(self, *, seq: int | None = None) -> WorkflowCheckpoint | None:
         """Return the latest checkpoint the file holds (or the one of ``seq``), or None.
@@ -307,6 +329,7 @@ class JsonLinesStore:
             line, _ = self._line(latest, None, None)
             data = (dumps(line) + "\n").encode("utf-8")
             self._state = None  # unknown until the rename has finished
+            self._forget_open()  # the file it held is replaced
             # The line keeps the outputs in their order, so the prefix still holds.
             self._state = _LinesState(self._replace(data), len(data), latest, state.prefix)
 
@@ -408,7 +431,7 @@ class JsonLinesStore:
         prefix: LogPrefix | None,
     ) -> _LinesState:
         created = state.file_id is None
-        fd = os.open(self.path, WRITE_FLAGS, 0o666)
+        fd = self._descriptor(state.file_id)
         try:
             if not created and state.file_id is not None and state.file_id[2] != state.end:
                 os.ftruncate(fd, state.end)  # cut off a torn last line before appending
@@ -416,11 +439,37 @@ class JsonLinesStore:
             write_all(fd, data)
             os.fsync(fd)
             file_id = fd_id(fd)
-        finally:
-            os.close(fd)
+        except BaseException:
+            self._forget_open()  # opened again by the next save
+            raise
         if created:
             fsync_folder(self.path.parent)
         return _LinesState(file_id, state.end + len(data), checkpoint, prefix)
+
+    def _descriptor(self, file_id: FileId | None) -> int:
+        """A descriptor open for writing on the file at ``path``, whose identity is ``file_id``.
+
+        ``file_id`` is what ``path`` was found to be just before (`_current`), so
+        the descriptor kept open is reused only if it is that very file, opened
+        by this process; otherwise the file is opened (created if missing) again.
+        """
+        opened = self._open
+        if (
+            opened is not None
+            and file_id is not None
+            and opened.pid == os.getpid()
+            and opened.file == file_id[:2]
+        ):
+            return opened.fd
+        self._forget_open()
+        fd = os.open(self.path, WRITE_FLAGS, 0o666)
+        try:
+            info = os.fstat(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._open = _OpenFile(self, fd, (info.st_dev, info.st_ino))
+        return fd
 
     def _read(self) -> _LinesState:
         read = read_bytes(self.path)
@@ -453,6 +502,26 @@ class JsonLinesStore:
                 parsed_lines.append((number, parsed))
             end += len(raw) + 1
         return parsed_lines, end
+
+
+class _OpenFile:
+    """A descriptor a `JsonLinesStore` keeps open, closed once: by `close` or with its store."""
+
+    def __init__(self, store: JsonLinesStore, fd: int, file: tuple[int, int]) -> None:
+        self.fd = fd
+        self.file = file  # device and inode
+        self.pid = os.getpid()
+        # Closes the descriptor when the store is garbage-collected, or when called, once.
+        self._finalizer = weakref.finalize(store, _close_quietly, fd)
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def _close_quietly(fd: int) -> None:
+    """Close ``fd`` (in a forked child, its own copy: the parent's stays open)."""
+    with contextlib.suppress(OSError):
+        os.close(fd)
 
 
 def _line_problem(exc: ValueError) -> str:
