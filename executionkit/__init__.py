@@ -25,6 +25,7 @@ from executionkit._errors import (
     WorkflowFailed,
 )
 from executionkit._ownership import RunOwner
+from executionkit._plan import ResumePlan
 from executionkit._result import WorkflowResult
 from executionkit._step import Step
 from executionkit._step_context import StepContext, current_step
@@ -42,6 +43,7 @@ __all__ = [
     "ContextKeyError",
     "ExecutionKitError",
     "PatternResult",
+    "ResumePlan",
     "RunArgumentError",
     "RunClaimedError",
     "RunOwner",

@@ -15,17 +15,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from executionkit._aio import wait_through
-from executionkit._errors import ContextKeyError
 from executionkit._outcome import FAILED, UNFINISHED, VALUE, Unfinished, caught
+from executionkit._state_items import item_pairs
 from executionkit.events import ItemStarted, MapStarted, StepInvalidated
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Mapping
 
     from executionkit._announcer import Announcer
     from executionkit._checkpointer import Checkpointer
@@ -75,46 +74,6 @@ class MapRun:
         self.in_turn: set[int] = set()
 
 
-def _items(step: MapStep, ctx: Mapping[str, Any]) -> tuple[list[tuple[str, Any]], bool]:
-    """The items and their keys, checked: unique non-empty str keys."""
-    name = step.name
-    try:
-        value = ctx[step.over]
-    except ContextKeyError as exc:
-        msg = (
-            f"map step {name!r}: over={step.over!r} names neither a step it depends on nor "
-            f"a key of the initial context ({exc})"
-        )
-        raise LookupError(msg) from None
-    mapping = isinstance(value, Mapping)
-    if mapping:
-        pairs = list(value.items())
-    elif isinstance(value, (list, tuple)):
-        pairs = [(str(position), item) for position, item in enumerate(value)]
-    else:
-        msg = (
-            f"map step {name!r}: over={step.over!r} must be a list, a tuple or a mapping of "
-            f"items, got {type(value).__name__}"
-        )
-        raise TypeError(msg)
-    if step.key is not None:
-        pairs = [(step.key(item), item) for _, item in pairs]
-    bad = [key for key, _ in pairs if not isinstance(key, str) or not key]
-    if bad:
-        shown = ", ".join(repr(key) for key in bad[:5]) + (", ..." if len(bad) > 5 else "")  # noqa: PLR2004
-        msg = f"map step {name!r}: item keys must be non-empty str, got {shown}"
-        raise TypeError(msg)
-    if len({key for key, _ in pairs}) != len(pairs):
-        counts: dict[str, int] = {}
-        for key, _ in pairs:
-            counts[key] = counts.get(key, 0) + 1
-        twice = sorted(key for key, count in counts.items() if count > 1)
-        shown = ", ".join(map(repr, twice[:5])) + (", ..." if len(twice) > 5 else "")  # noqa: PLR2004
-        msg = f"map step {name!r}: item keys must be unique; {shown} name more than one item"
-        raise ValueError(msg)
-    return pairs, mapping
-
-
 async def drive(
     position: int,
     step: MapStep,
@@ -135,7 +94,7 @@ async def drive(
     ``checkpoint_fn``, they run one at a time, each handed to it once recorded,
     before the next starts (else nothing could be saved until all had run).
     """
-    pairs, mapping = _items(step, ctx)
+    pairs, mapping = item_pairs(step, ctx)
     recorded = run.record.recorded_items(step.name)
     todo = [(key, item) for key, item in reversed(pairs) if key not in recorded]
     _announce_start(run, step.name, pairs, recorded, len(pairs) - len(todo))

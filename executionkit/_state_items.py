@@ -9,16 +9,19 @@ order, once every item is recorded.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from executionkit._errors import ContextKeyError
 from executionkit._snapshot import OutputLog
 from executionkit._types import TokenUsage
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Mapping
+    from collections.abc import Collection
 
     from executionkit._map import MapDone
+    from executionkit._step_kinds import MapStep
 
 _ZERO = TokenUsage()
 
@@ -102,3 +105,46 @@ class Items:
         fields["items"] = MappingProxyType(items)
         fields["new_items"] = MappingProxyType(new)
         return tuple(items)
+
+
+def item_pairs(step: MapStep, ctx: Mapping[str, Any]) -> tuple[list[tuple[str, Any]], bool]:
+    """The items of map ``step`` in ``ctx`` and their keys, checked: unique non-empty str keys.
+
+    Also whether ``over`` held a mapping. Calls ``step.key``, if any, on each item.
+    """
+    name = step.name
+    try:
+        value = ctx[step.over]
+    except ContextKeyError as exc:
+        msg = (
+            f"map step {name!r}: over={step.over!r} names neither a step it depends on nor "
+            f"a key of the initial context ({exc})"
+        )
+        raise LookupError(msg) from None
+    mapping = isinstance(value, Mapping)
+    if mapping:
+        pairs = list(value.items())
+    elif isinstance(value, (list, tuple)):
+        pairs = [(str(position), item) for position, item in enumerate(value)]
+    else:
+        msg = (
+            f"map step {name!r}: over={step.over!r} must be a list, a tuple or a mapping of "
+            f"items, got {type(value).__name__}"
+        )
+        raise TypeError(msg)
+    if step.key is not None:
+        pairs = [(step.key(item), item) for _, item in pairs]
+    bad = [key for key, _ in pairs if not isinstance(key, str) or not key]
+    if bad:
+        shown = ", ".join(repr(key) for key in bad[:5]) + (", ..." if len(bad) > 5 else "")  # noqa: PLR2004
+        msg = f"map step {name!r}: item keys must be non-empty str, got {shown}"
+        raise TypeError(msg)
+    if len({key for key, _ in pairs}) != len(pairs):
+        counts: dict[str, int] = {}
+        for key, _ in pairs:
+            counts[key] = counts.get(key, 0) + 1
+        twice = sorted(key for key, count in counts.items() if count > 1)
+        shown = ", ".join(map(repr, twice[:5])) + (", ..." if len(twice) > 5 else "")  # noqa: PLR2004
+        msg = f"map step {name!r}: item keys must be unique; {shown} name more than one item"
+        raise ValueError(msg)
+    return pairs, mapping

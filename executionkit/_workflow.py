@@ -13,6 +13,7 @@ from executionkit._options import (
     Schedule,
     UnknownSteps,
 )
+from executionkit._plan import ResumePlan, plan_resume
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping
@@ -222,6 +223,45 @@ class Workflow:
         if getattr(options.checkpoint_fn, "claim", None) is None:
             return await run.execute()
         return await claimed(run.execute, options.checkpoint_fn, run.run_id, options.resume_from)
+
+    def plan(
+        self,
+        initial_context: Mapping[str, Any] | None = None,
+        *,
+        resume_from: WorkflowCheckpoint | None = None,
+        answers: Mapping[str, Any] | None = None,
+        rerun: Collection[str] | None = None,
+        unknown_steps: UnknownSteps = "error",
+        run_id: str | None = None,
+    ) -> ResumePlan:
+        """Say what ``run`` with these arguments would do, without running anything.
+
+        Takes the arguments of `run` that decide what a resume does, checks them
+        and ``resume_from`` as `run` does before its first step, and returns the
+        steps that would run, be restored or be invalidated (and why), the
+        questions that would be asked or are still waiting, and the items of
+        unfinished maps. No step function, condition or map ``key`` of a step
+        left to run is called (only the ask steps' ``check``, on ``answers``),
+        and nothing is written. Without ``resume_from``, every step would run.
+
+        Args:
+            initial_context: As for `run`.
+            resume_from: The checkpoint a resume would start from.
+            answers: As for `run`: checked here exactly as `run` checks them.
+            rerun: As for `run`.
+            unknown_steps: As for `run`.
+            run_id: As for `run`.
+
+        Returns:
+            A `ResumePlan`.
+
+        Raises:
+            RunArgumentError: For what `run` refuses before any step runs: a bad
+                argument, or an answer to a step that is not waiting for one.
+            CheckpointMismatchError: For a ``resume_from`` that `run` refuses.
+            Exception: Whatever an ask step's ``check`` raised for its answer.
+        """
+        return plan_resume(self._graph, locals())
 
     @_same_arguments_as(run)
     def run_sync(self, *args: Any, **kwargs: Any) -> WorkflowResult:

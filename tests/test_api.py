@@ -22,6 +22,7 @@ PUBLIC = [
     "ContextKeyError",
     "ExecutionKitError",
     "PatternResult",
+    "ResumePlan",
     "RunArgumentError",
     "RunClaimedError",
     "RunOwner",

@@ -54,6 +54,7 @@ DOCUMENTED: dict[str, Any] = {
     "Workflow": Workflow,
     "workflow.run": Workflow.run,
     "workflow.run_sync": Workflow.run_sync,
+    "workflow.plan": Workflow.plan,
     "Step": Step,
     "Step.map": Step.map,
     "Step.ask": Step.ask,

@@ -127,6 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="resume although the checkpoint records steps the workflow does not have",
     )
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help=(
+            "print what the run would do (the steps it would run, restore or invalidate, the "
+            "questions, the items of maps) and exit 0: nothing runs and nothing is written"
+        ),
+    )
 
     inspect = commands.add_parser(
         "inspect",

@@ -7,6 +7,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Any, cast
 
+from executionkit._cli._dry_run import dry_run
 from executionkit._cli._exits import (
     EXIT_CLAIMED,
     EXIT_FAILED,
@@ -147,6 +148,8 @@ def run_command(args: argparse.Namespace) -> int:
         run_id = location.named_run("--checkpoint")
     resume = None if location is None else location.load(missing_ok=True)
     workflow = load_workflow(args.workflow)
+    if args.dry_run:  # before the store is opened for writing: nothing is written
+        return dry_run(args, workflow, context, answers, resume=resume, run_id=run_id)
     saver = _Saver(None if location is None else location.writer("--checkpoint"), resume)
     label = None if location is None else location.label
     if args.discard_unknown_steps and resume is not None:
