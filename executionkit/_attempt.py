@@ -296,9 +296,24 @@ class Attempts:
         if position in self._graph.workflows:
             context = {**view, "item": item, "item_key": key}
             return await self._children.run(step.name, step.run, context, key)  # type: ignore[arg-type]
-        return await self._attempts(
-            step, partial(self._call_item, position, step, view, item), StepContext, (key,)
-        )
+        if (
+            step.retries
+            or step.timeout is not None
+            or (self._executor is not None and position in self._graph.plain_items)
+        ):
+            return await self._attempts(
+                step, partial(self._call_item, position, step, view, item), StepContext, (key,)
+            )
+        # The common case, kept lean (no coroutine of its own): one attempt, nothing to time.
+        run: Any = step.run
+        token = CURRENT_STEP.set((self._host, step.name, self._run_id, 1, 1, key))
+        try:
+            result = run(item, view)
+            if type(result) is CoroutineType or inspect.isawaitable(result):
+                result = await result
+        finally:
+            CURRENT_STEP.reset(token)
+        return result
 
     async def _attempts(
         self,

@@ -66,6 +66,8 @@ class Checkpointer:
         # Steps waiting for their progress to be saved: (change count, future).
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._saver: asyncio.Task[None] | None = None
+        # The change count the saver checkpoints up to for those that wait on no future.
+        self._wanted = 0
 
     @property
     def active(self) -> bool:
@@ -248,10 +250,24 @@ class Checkpointer:
             self._saver = loop.create_task(self._serve_waiters(), context=self._caller_context)
         return future
 
+    def save_later(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Have the record checkpointed up to now, soon; with no future to wait on.
+
+        `save_soon` for those that do not wait (a map's items, one call each):
+        no future per call. Changes made meanwhile are folded into one checkpoint.
+        """
+        if self._fn is None:
+            return
+        self._wanted = self._record.changes
+        if self._saver is None or self._saver.done():
+            self._saver = loop.create_task(self._serve_waiters(), context=self._caller_context)
+
     async def _serve_waiters(self) -> None:
-        # Keep checkpointing while some step waits for its progress to be saved; values
-        # saved while a checkpoint_fn call is running are folded into the next one.
-        while self._waiters and self.storage_error is None:
+        # Keep checkpointing while some step waits for its progress to be saved (or
+        # items are not saved yet); values saved while a checkpoint_fn call is
+        # running are folded into the next one.
+        record = self._record
+        while (self._waiters or self._wanted > record.saved) and self.storage_error is None:
             try:
                 await self.save()
             except Exception:  # noqa: BLE001 - waiters got it; the run's next save raises it

@@ -109,9 +109,9 @@ class StepContext:
 
 # The runner stores the StepContext's arguments (cheaper on every step than building it);
 # current_step() builds the object when a step asks.
-CURRENT_STEP: ContextVar[StepContext | tuple[Any, str, str, int, int]] = ContextVar(
-    "executionkit_current_step"
-)
+CURRENT_STEP: ContextVar[
+    StepContext | tuple[Any, str, str, int, int] | tuple[Any, str, str, int, int, str]
+] = ContextVar("executionkit_current_step")
 
 
 def current_step() -> StepContext:
