@@ -176,6 +176,11 @@ class Announcer:
         if inspect.isawaitable(outcome):
             self._queue(_Pending(event, outcome))
 
+    @property
+    def serving(self) -> bool:
+        """Whether events are still being delivered (`settle` has something to wait for)."""
+        return self._server is not None and not self._server.done()
+
     async def settle(self) -> bool:
         """Wait until every queued event was delivered; return whether cancelled meanwhile."""
         cancelled = False

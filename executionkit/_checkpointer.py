@@ -98,6 +98,16 @@ class Checkpointer:
             self._writing = False
             self._pass_turn()
 
+    @property
+    def saves(self) -> bool:
+        """Whether `save_through` would save (else it returns ``(False, None)`` at once)."""
+        return self._fn is not None and self.storage_error is None
+
+    @property
+    def unsettled(self) -> bool:
+        """Whether `settle` has anything to wait for or cancel (else it returns False)."""
+        return self._saver is not None or bool(self._waiters)
+
     async def save_through(self) -> tuple[bool, Exception | None]:
         """`save`, awaited to its end whatever cancellations arrive meanwhile.
 

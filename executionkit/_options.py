@@ -93,7 +93,9 @@ class RunOptions:
         on_event = arguments["on_event"]
         executor = arguments["executor"]
         checkpoint_every = arguments["checkpoint_every"]
-        answers = checked_answers(arguments["answers"])
+        answers = (
+            _NO_ANSWERS if arguments["answers"] is None else checked_answers(arguments["answers"])
+        )
         context = _checked_context(graph, initial_context)
         if graph.context_maps or graph.nested:
             _check_what_steps_read(graph, context, resume_from)
@@ -109,7 +111,11 @@ class RunOptions:
         if run_id is not None and (not isinstance(run_id, str) or not run_id):
             msg = f"run_id must be a non-empty str or None, got {type(run_id).__name__} {run_id!r}"
             raise RunArgumentError(msg)
-        rerun_own, rerun_within = _checked_rerun(graph, rerun, resume_from)
+        if rerun is None:
+            rerun_own, rerun_within = _NO_RERUN, _NO_RERUN_WITHIN
+        else:
+            rerun_own, paths = _checked_rerun(graph, rerun, resume_from)
+            rerun_within = MappingProxyType(paths) if paths else _NO_RERUN_WITHIN
         _one_of("on_error", on_error, _ON_ERROR)
         _one_of("unknown_steps", unknown_steps, _UNKNOWN_STEPS)
         if type(validate_json) is not bool:
@@ -142,7 +148,7 @@ class RunOptions:
             on_error=on_error,  # type: ignore[arg-type]  # checked by _one_of
             budget=_checked_budget(budget),
             rerun=rerun_own,
-            rerun_within=MappingProxyType(rerun_within),
+            rerun_within=rerun_within,
             unknown_steps=unknown_steps,  # type: ignore[arg-type]  # checked by _one_of
             validate_json=validate_json,
             schedule=schedule,  # type: ignore[arg-type]  # checked by _one_of
@@ -154,7 +160,15 @@ class RunOptions:
         )
 
 
+# What a run without answers or rerun gets: shared, since none of them is ever changed.
+_NO_ANSWERS: Mapping[str, Any] = MappingProxyType({})
+_NO_RERUN: frozenset[str] = frozenset()
+_NO_RERUN_WITHIN: Mapping[tuple[str, str | None], frozenset[str]] = MappingProxyType({})
+
+
 def _checked_context(graph: Graph, initial_context: object) -> dict[str, Any]:
+    if initial_context is None and not graph.inputs:
+        return {}  # nothing is missing, and nothing can collide
     context = {} if initial_context is None else str_keyed(initial_context, "initial_context")
     missing = [name for name in graph.inputs if name not in context]
     if missing:

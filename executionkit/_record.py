@@ -88,7 +88,8 @@ class Record:
         self.invalidated = MappingProxyType(self._invalidated)
         self.discarded = state.discarded
         self.run_id = state.run_id if state.run_id is not None else _new_run_id()
-        self.restored = tuple(name for name in graph.names if name in self.outputs)
+        outputs = self.outputs
+        self.restored = tuple(name for name in graph.names if name in outputs) if outputs else ()
         self.executed: list[str] = []
         # Failures of this run, by position; they stay in every later checkpoint's `errors`.
         self.failures: dict[int, Exception] = {}
@@ -107,7 +108,10 @@ class Record:
         # The rooms of the kinds of step that record more than an output, each its own
         # state: skips, the items of unfinished maps, questions, sub-workflows.
         self.skips = Skips(graph.names, state.skipped)
-        self.restored_skips = tuple(name for name in graph.names if name in state.skipped)
+        skipped = state.skipped
+        self.restored_skips = (
+            tuple(name for name in graph.names if name in skipped) if skipped else ()
+        )
         self.items = Items(state.items)
         self.questions = Questions(graph, state.pending)
         self.children = Children(state.children)

@@ -115,7 +115,11 @@ class Run(Landing):
             wake_each=self._eager or self._per_step,
             save_each=(self._eager or self._per_step) and options.checkpoint_fn is not None,
         )
-        done = {graph.index[name] for name in (*record.outputs, *record.skips.skipped)}
+        done = (
+            {graph.index[name] for name in (*record.outputs, *record.skips.skipped)}
+            if record.outputs or record.skips.skipped
+            else set()
+        )
         # Batch mode follows the graph's precomputed levels while every step completes.
         self._frontier = Frontier(graph, done, planned=not self._eager)
         self._task: asyncio.Task[Any] | None = None
@@ -375,25 +379,29 @@ class Run(Landing):
         """
         record = self._record
         stopping = self._interrupt is not None or self._error is not None
-        cancelled = await self._running.stop(cancel=stopping)
+        running = self._running
+        # Awaiting a coroutine costs even when it has nothing to wait for: only when needed.
+        cancelled = await running.stop(cancel=stopping) if running.count else running.calm()
         if cancelled:
             self._interrupt = self._interrupt or asyncio.CancelledError()
-        self._running.close()
+        running.close()
         record.merge()
-        saved, error = await self._checkpointer.save_through()
+        checkpointer = self._checkpointer
+        saved, error = await checkpointer.save_through() if checkpointer.saves else (False, None)
         cancelled = cancelled or saved
         if cancelled and self._interrupt is None:
             self._interrupt = asyncio.CancelledError()
         outcome = _outcome(
             self._interrupt,
-            self._error or error or self._checkpointer.storage_error,
+            self._error or error or checkpointer.storage_error,
             record,
             more=self._more,
         )
         if self._observed:
             self._announcer.run_ended(record, outcome, time.perf_counter() - began)
-        settled = await self._checkpointer.settle()
-        settled = await self._announcer.settle() or settled
+        settled = await checkpointer.settle() if checkpointer.unsettled else False
+        if self._announcer.serving:
+            settled = await self._announcer.settle() or settled
         if outcome is None and settled:
             outcome = asyncio.CancelledError()
         if outcome is not None:

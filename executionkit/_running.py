@@ -213,6 +213,11 @@ class Running:
         if self.tasks.get(position) is task:
             self.finished(position)
 
+    def calm(self) -> bool:
+        """`stop` when no step runs, without awaiting anything: returns False."""
+        self.cancelling = False
+        return False
+
     async def stop(self, *, cancel: bool) -> bool:
         """Wait until no step runs (cancelling them first if ``cancel``).
 

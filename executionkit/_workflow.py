@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from executionkit._checkpoint import WorkflowCheckpoint
     from executionkit._result import WorkflowResult
+    from executionkit._runner import Run
     from executionkit._step import Step
     from executionkit._types import TokenUsage
     from executionkit.events import EventCallback
@@ -40,6 +41,10 @@ def _same_arguments_as(
         return method
 
     return twin
+
+
+# `Run` and `claimed`, imported by the first run (asyncio loads with them).
+_LOADED: list[tuple[type[Run], Callable[..., Coroutine[Any, Any, WorkflowResult]]]] = []
 
 
 class Workflow:
@@ -216,10 +221,14 @@ class Workflow:
         options = RunOptions.check(self._graph, locals())
         # asyncio (and with it ssl, subprocess, concurrent.futures) loads on the first
         # run, so that importing executionkit to read or write checkpoints stays cheap.
-        from executionkit._ownership import claimed  # noqa: PLC0415
-        from executionkit._runner import Run  # noqa: PLC0415
+        # Imported once, then kept here: an import statement costs on every run.
+        if not _LOADED:
+            from executionkit._ownership import claimed  # noqa: PLC0415
+            from executionkit._runner import Run  # noqa: PLC0415
 
-        run = Run(self._graph, options)
+            _LOADED.append((Run, claimed))
+        run_class, claimed = _LOADED[0]
+        run = run_class(self._graph, options)
         if getattr(options.checkpoint_fn, "claim", None) is None:
             return await run.execute()
         return await claimed(run.execute, options.checkpoint_fn, run.run_id, options.resume_from)
