@@ -33,7 +33,7 @@ from pg_fixture import new_database
 from race_worker import gated, load, open_store
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator, Sequence
 
 
 WORKER = Path(__file__).resolve().parent / "race_worker.py"
@@ -182,6 +182,47 @@ KILLS = 4
 KILLS_IN_GATE = 2
 
 
+def supervise(
+    commands: Sequence[tuple[str, ...]], on_line: Callable[[subprocess.Popen[str], str], None]
+) -> int:
+    """Keep one worker per command running until one finishes; return the refused restarts.
+
+    ``on_line(process, line)`` sees each line a worker prints (and may SIGKILL it);
+    a worker that ends other than by finishing (killed, or refused: status 4 or 5)
+    is started again with its command.
+    """
+    slots = [spawn(*command) for command in commands]
+    refused = 0
+    deadline = time.monotonic() + BOUND
+    try:
+        with selectors.DefaultSelector() as selector:
+            for slot, process in enumerate(slots):
+                assert process.stdout is not None
+                selector.register(process.stdout, selectors.EVENT_READ, slot)
+            while True:
+                assert time.monotonic() < deadline, "the runs did not finish"
+                for key, _ in selector.select(1.0):
+                    slot = key.data
+                    process = slots[slot]
+                    line = process.stdout.readline() if process.stdout else ""
+                    if line:
+                        on_line(process, line)
+                        continue
+                    status = process.wait()
+                    if status == 0:
+                        return refused
+                    assert status in {-signal.SIGKILL, 4, 5}, status
+                    refused += status in {4, 5}
+                    selector.unregister(key.fileobj)
+                    stop(process)
+                    slots[slot] = spawn(*commands[slot])
+                    assert slots[slot].stdout is not None
+                    selector.register(slots[slot].stdout, selectors.EVENT_READ, slot)
+    finally:
+        for process in slots:
+            stop(process)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_two_processes_restarting_on_one_map_under_kill_9_never_overlap(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest, report: dict[str, Any]
@@ -191,45 +232,21 @@ def test_two_processes_restarting_on_one_map_under_kill_9_never_overlap(
     log = tmp_path / "items.log"
     rng = random.Random(f"soak-{kind}")
     args = ("map", kind, location, "soak", str(log), str(ITEMS))
-    slots = [spawn(*args), spawn(*args)]
-    kills = refused = 0
-    finished = False
+    kills = 0
     countdown = rng.randint(1, 6)
-    deadline = time.monotonic() + BOUND
-    try:
-        with selectors.DefaultSelector() as selector:
-            for slot, process in enumerate(slots):
-                assert process.stdout is not None
-                selector.register(process.stdout, selectors.EVENT_READ, slot)
-            while not finished:
-                assert time.monotonic() < deadline, "the soak did not finish"
-                for key, _ in selector.select(1.0):
-                    slot = key.data
-                    process = slots[slot]
-                    line = process.stdout.readline() if process.stdout else ""
-                    if line:
-                        countdown -= 1
-                        if countdown <= 0 and kills < KILLS:
-                            with log.open("a", encoding="utf-8") as file:
-                                file.write(f"killing {process.pid}\n")
-                            os.kill(process.pid, signal.SIGKILL)
-                            kills += 1
-                            countdown = rng.randint(1, 8)
-                        continue
-                    status = process.wait()
-                    if status == 0:
-                        finished = True
-                        break
-                    assert status in {-signal.SIGKILL, 4, 5}, status
-                    refused += status in {4, 5}
-                    selector.unregister(key.fileobj)
-                    stop(process)
-                    slots[slot] = spawn(*args)
-                    assert slots[slot].stdout is not None
-                    selector.register(slots[slot].stdout, selectors.EVENT_READ, slot)
-    finally:
-        for process in slots:
-            stop(process)
+
+    def kill_now_and_then(process: subprocess.Popen[str], line: str) -> None:
+        nonlocal kills, countdown
+        del line
+        countdown -= 1
+        if countdown <= 0 and kills < KILLS:
+            with log.open("a", encoding="utf-8") as file:
+                file.write(f"killing {process.pid}\n")
+            os.kill(process.pid, signal.SIGKILL)
+            kills += 1
+            countdown = rng.randint(1, 8)
+
+    refused = supervise([args, args], kill_now_and_then)
     check_soak(log)
     store = open_store(kind, location)
     try:
@@ -279,44 +296,18 @@ def test_two_answerers_restarting_under_kill_9_act_only_on_the_stored_answer(
     finally:
         getattr(store, "close", lambda: None)()
     answers = ["yes", "no"]
-    slots = [spawn("answer-once", kind, location, "gate", str(log), answer) for answer in answers]
-    kills = refused = 0
+    kills = 0
     started: list[str] = []
-    finished = False
-    deadline = time.monotonic() + BOUND
-    try:
-        with selectors.DefaultSelector() as selector:
-            for slot, process in enumerate(slots):
-                assert process.stdout is not None
-                selector.register(process.stdout, selectors.EVENT_READ, slot)
-            while not finished:
-                assert time.monotonic() < deadline, "the runs did not finish"
-                for key, _ in selector.select(1.0):
-                    slot = key.data
-                    process = slots[slot]
-                    line = process.stdout.readline() if process.stdout else ""
-                    if line:
-                        started.append(line.split()[1])
-                        if kills < KILLS_IN_GATE:  # killed inside the gated step itself
-                            os.kill(process.pid, signal.SIGKILL)
-                            kills += 1
-                        continue
-                    status = process.wait()
-                    if status == 0:
-                        finished = True
-                        break
-                    assert status in {-signal.SIGKILL, 4, 5}, status
-                    refused += status in {4, 5}
-                    selector.unregister(key.fileobj)
-                    stop(process)
-                    slots[slot] = spawn(
-                        "answer-once", kind, location, "gate", str(log), answers[slot]
-                    )
-                    assert slots[slot].stdout is not None
-                    selector.register(slots[slot].stdout, selectors.EVENT_READ, slot)
-    finally:
-        for process in slots:
-            stop(process)
+
+    def kill_in_the_gate(process: subprocess.Popen[str], line: str) -> None:
+        nonlocal kills
+        started.append(line.split()[1])
+        if kills < KILLS_IN_GATE:  # killed inside the gated step itself
+            os.kill(process.pid, signal.SIGKILL)
+            kills += 1
+
+    commands = [("answer-once", kind, location, "gate", str(log), answer) for answer in answers]
+    refused = supervise(commands, kill_in_the_gate)
     store = open_store(kind, location)
     try:
         final = load(store, kind, "gate")
