@@ -24,6 +24,7 @@ from executionkit._errors import (
     WorkflowDefinitionError,
     WorkflowFailed,
 )
+from executionkit._ledger import LedgerEntry, Spending
 from executionkit._ownership import RunOwner
 from executionkit._plan import ResumePlan
 from executionkit._result import WorkflowResult
@@ -42,11 +43,13 @@ __all__ = [
     "ClaimLostError",
     "ContextKeyError",
     "ExecutionKitError",
+    "LedgerEntry",
     "PatternResult",
     "ResumePlan",
     "RunArgumentError",
     "RunClaimedError",
     "RunOwner",
+    "Spending",
     "StaleCheckpointError",
     "Step",
     "StepContext",

@@ -11,6 +11,7 @@ import asyncio
 import inspect
 import logging
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from executionkit._aio import wait_through
@@ -78,7 +79,7 @@ class Announcer:
         self._server: asyncio.Task[None] | None = None
         self._failures = 0
 
-    def run_started(self, record: Record, steps: int, *, resumed: bool) -> None:
+    def run_started(self, record: Record, started: RunStarted) -> None:
         """Announce the start of a run, its invalidated steps and its restored ones."""
         run_id = record.run_id
         emit = self.emit
@@ -87,7 +88,7 @@ class Announcer:
             # A restored skip is not decided again: announced as restored too.
             index = record.graph.index
             recorded = tuple(sorted((*recorded, *record.restored_skips), key=index.__getitem__))
-        emit(RunStarted(run_id, steps, recorded, resumed, record.cost))
+        emit(replace(started, recorded=recorded))
         for name, reason in record.invalidated.items():
             emit(StepInvalidated(run_id, name, reason))
         for name in recorded:
@@ -104,7 +105,7 @@ class Announcer:
         elif outcome is None:
             self.emit(RunFinished(run_id, duration, record.cost, len(record.executed)))
         else:
-            self.emit(RunFailed(run_id, duration, outcome, record.invalidated))
+            self.emit(RunFailed(run_id, duration, outcome, record.invalidated, record.cost))
 
     def began(self, position: int, *, asks: bool = False) -> None:
         """Note when the step at ``position`` started its first attempt, and say so.
@@ -122,10 +123,10 @@ class Announcer:
         name = self.names[position]
         self.emit(StepFinished(self.run_id, name, self.duration(position), cost))
 
-    def failed(self, position: int, error: Exception) -> None:
-        """The step at ``position`` failed with ``error``."""
+    def failed(self, position: int, error: Exception, usage: TokenUsage) -> None:
+        """The step at ``position`` failed with ``error``; its last attempt spent ``usage``."""
         name = self.names[position]
-        self.emit(StepFailed(self.run_id, name, self.duration(position), error))
+        self.emit(StepFailed(self.run_id, name, self.duration(position), error, usage))
 
     def asked(self, position: int, entry: Mapping[str, Any]) -> None:
         """The ask step at ``position`` asked its question (``entry``: its pending record)."""
@@ -143,10 +144,12 @@ class Announcer:
         duration = time.perf_counter() - began
         self.emit(ItemFinished(self.run_id, self.names[position], key, duration, cost, done))
 
-    def item_failed(self, position: int, key: str, began: float, error: Exception) -> None:
-        """An item of the map at ``position`` failed (after its retries)."""
+    def item_failed(
+        self, position: int, key: str, began: float, error: Exception, usage: TokenUsage
+    ) -> None:
+        """An item of the map at ``position`` failed; its last attempt spent ``usage``."""
         duration = time.perf_counter() - began
-        self.emit(ItemFailed(self.run_id, self.names[position], key, duration, error))
+        self.emit(ItemFailed(self.run_id, self.names[position], key, duration, error, usage))
 
     def duration(self, position: int) -> float:
         """Seconds since the step at ``position`` began (0.0 if it never did)."""

@@ -11,6 +11,7 @@ then (recording, failure policy) is the run's business.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +20,9 @@ from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 
 from executionkit._aio import wait_through
+from executionkit._carry import Carried, identity_now, unwrap
 from executionkit._context import ContextView
+from executionkit._ledger import ZERO
 from executionkit._map import drive
 from executionkit._outcome import UNFINISHED, VALUE, Unfinished, caught
 from executionkit._step import retry_wait
@@ -32,11 +35,14 @@ if TYPE_CHECKING:
     from concurrent.futures import Executor
 
     from executionkit._announcer import Announcer
+    from executionkit._carry import Identity
     from executionkit._checkpointer import Checkpointer
     from executionkit._children import ChildRuns
     from executionkit._graph import Graph
+    from executionkit._ledger import Ledger
     from executionkit._map import MapRun
     from executionkit._outcome import Ending, Landing
+    from executionkit._record import Record
     from executionkit._step import Step
 
 
@@ -56,15 +62,24 @@ async def _with_timeout(awaitable: Any, what: str, attempt: int, seconds: float)
         raise TimeoutError(msg) from None
 
 
-async def _finish_elsewhere(work: asyncio.Future[Any]) -> Any:
+async def _finish_elsewhere(
+    work: asyncio.Future[Any], carried: tuple[Ledger, Identity] | None = None
+) -> Any:
     """Await work running in an executor, which a cancellation cannot stop.
 
     A thread or a worker process cannot be interrupted, so run() must not return
     while it still runs: wait for it even if cancelled. If it completed, its output
     is returned (and so recorded and checkpointed: it was paid for); otherwise the
-    cancellation goes on.
+    cancellation goes on. Work in another process (``carried``) brings back the
+    usage it reported, booked in the ledger first, whatever the outcome.
     """
     cancelled = await wait_through(work)
+    if carried is not None and not work.cancelled():
+        if cancelled and work.exception() is not None:
+            with contextlib.suppress(Exception):
+                unwrap(work, *carried)  # books what it spent
+            raise asyncio.CancelledError
+        return unwrap(work, *carried)
     if cancelled and (work.cancelled() or work.exception() is not None):
         raise asyncio.CancelledError
     return work.result()
@@ -126,9 +141,11 @@ class Attempts:
         "_graph",
         "_host",
         "_landing",
+        "_ledger",
         "_maps",
         "_outputs",
         "_pending",
+        "_record",
         "_run_id",
         "_special",
     )
@@ -148,6 +165,7 @@ class Attempts:
         maps: MapRun,
         children: ChildRuns,
         pending: Mapping[str, object],
+        record: Record,
     ) -> None:
         """Run steps of ``graph`` reading ``context`` and the recorded ``outputs``.
 
@@ -166,6 +184,9 @@ class Attempts:
         self._maps = maps
         self._children = children
         self._pending = pending
+        # Every attempt opens a spend in the ledger; the record counts what it cost.
+        self._record = record
+        self._ledger: Ledger = record.ledger
         # Steps that are not called as they are: maps (per item), asks (a question) and
         # sub-workflows (a child run).
         self._special = graph.maps | graph.asks | graph.workflows
@@ -193,9 +214,12 @@ class Attempts:
                 result = await self._attempts(
                     step, partial(self._call, position, step, view), StepContext, ()
                 )
+                if type(result) is Unfinished:
+                    ending = UNFINISHED  # the budget stopped its retries
             else:
                 # The common case, kept lean (no coroutine of its own): one attempt,
                 # nothing to time.
+                self._ledger.begin(step.name, None, 1)
                 token = CURRENT_STEP.set((self._host, step.name, self._run_id, 1, 1))
                 try:
                     executor = self._executor
@@ -208,6 +232,7 @@ class Attempts:
             try:
                 ending, result = caught(exc, f"step {step.name!r}", cancelling=landing.cancelling)
             except BaseException:
+                self._record.charge(step.name, None, "cancelled")  # spent all the same
                 landing.finished(position)
                 raise
         try:
@@ -240,6 +265,7 @@ class Attempts:
         view = ContextView(self._graph, position, self._context, self._outputs)
         current = StepContext(self._host, step.name, self._run_id, 1, 1)
         ending: Ending = VALUE
+        self._ledger.begin(step.name, None, 1)
         try:
             result = self._caller_context.copy().run(_call_as, current, step.run, view)
         except BaseException as exc:  # noqa: BLE001 - sorted by caught(), the one ladder
@@ -267,8 +293,13 @@ class Attempts:
             work = loop.run_in_executor(executor, context.run, run, *leading, view)
         else:
             # Processes and cluster workers get what can be pickled: the function, its
-            # leading arguments and a plain dict of its ctx.
+            # leading arguments and a plain dict of its ctx; what it spends comes back.
+            identity = identity_now()
+            if identity is not None:
+                run = Carried(run, identity)
             work = loop.run_in_executor(executor, partial(run, *leading, dict(view)))
+            if identity is not None:
+                return _finish_elsewhere(work, (self._ledger, identity))
         return _finish_elsewhere(work)
 
     async def _map(self, position: int, step: Step, view: ContextView) -> Any:
@@ -306,6 +337,7 @@ class Attempts:
             )
         # The common case, kept lean (no coroutine of its own): one attempt, nothing to time.
         run: Any = step.run
+        self._ledger.begin(step.name, key, 1)
         token = CURRENT_STEP.set((self._host, step.name, self._run_id, 1, 1, key))
         try:
             result = run(item, view)
@@ -315,7 +347,7 @@ class Attempts:
             CURRENT_STEP.reset(token)
         return result
 
-    async def _attempts(
+    async def _attempts(  # noqa: C901, PLR0912 - every ending of an attempt, in one loop
         self,
         step: Step,
         call: Callable[[], Any],
@@ -327,10 +359,15 @@ class Attempts:
         ``call()`` makes one attempt; ``item`` is ``(key,)`` in a map item.
         """
         attempt = 1
-        what = f"step {step.name!r}" + (f", item {item[0]!r}," if item else "")
+        name = step.name
+        key = item[0] if item else None
+        what = f"step {name!r}" + (f", item {key!r}," if item else "")
+        ledger = self._ledger
+        record = self._record
+        ledger.begin(name, key, attempt)
         while True:
             token = CURRENT_STEP.set(
-                make(self._host, step.name, self._run_id, attempt, step.retries + 1, *item)
+                make(self._host, name, self._run_id, attempt, step.retries + 1, *item)
             )
             try:
                 result = call()
@@ -340,25 +377,45 @@ class Attempts:
                     else:
                         result = await _with_timeout(result, what, attempt, step.timeout)
             except Exception as exc:
+                # The attempt's usage counts now, in every ending but success (counted
+                # with its output): the last failure's as the retried ones'.
+                timed_out = (
+                    step.timeout is not None
+                    and type(exc) is TimeoutError
+                    and str(exc) == f"{what} attempt {attempt} timed out after {step.timeout:g} s"
+                )
+                wasted = record.charge(name, key, "timeout" if timed_out else "failed")
                 if attempt > step.retries or not isinstance(exc, step.retry_on):
                     raise
                 failure = exc
+            except BaseException:
+                record.charge(name, key, "cancelled")
+                raise
             else:
                 return result
             finally:
                 CURRENT_STEP.reset(token)
+            if record.over_budget():
+                # The budget stops the next attempt, not only the next step.
+                return Unfinished(f"{what} the budget was reached before attempt {attempt + 1}")
+            # Open before the backoff: a checkpoint meanwhile lists it as in flight.
+            ledger.begin(name, key, attempt + 1)
             delay = retry_wait(step, attempt, _jitter_draw())
             announcer = self._announcer
             if announcer.observed:
-                key = item[0] if item else None
                 announcer.emit(
-                    StepRetried(self._run_id, step.name, attempt, failure, delay, item=key)
+                    StepRetried(
+                        self._run_id, name, attempt, failure, delay, item=key, usage=wasted
+                    )
                 )
+            if wasted != ZERO:
+                # What the failed attempt spent is saved before the next one starts.
+                self._host.save_later(asyncio.get_running_loop())
             await asyncio.sleep(delay)
             attempt += 1
             if announcer.observed:
                 announcer.emit(
-                    ItemStarted(self._run_id, step.name, item[0], attempt)
+                    ItemStarted(self._run_id, name, item[0], attempt)
                     if item
-                    else StepStarted(self._run_id, step.name, attempt)
+                    else StepStarted(self._run_id, name, attempt)
                 )

@@ -37,7 +37,16 @@ from executionkit._checkpoint_fields import (
     usage_dict,
 )
 from executionkit._checkpoint_kinds import read_kinds, read_new_items
+from executionkit._checkpoint_v4 import (
+    lineage_dict,
+    read_in_flight,
+    read_ledger,
+    read_lineage,
+    read_new_ledger,
+    read_trace,
+)
 from executionkit._errors import CheckpointFormatError, preview
+from executionkit._ledger import LedgerEntry
 from executionkit._types import TokenUsage
 
 __all__ = [
@@ -52,6 +61,7 @@ __all__ = [
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from executionkit._ledger import Spending
     from executionkit._snapshot import OutputLog
 
 
@@ -80,7 +90,7 @@ class WorkflowCheckpoint:
         outputs: Read-only mapping (a `types.MappingProxyType`) of step name
             to output, for every completed step.
         cost: Total token usage of the run so far, including restored usage.
-        version: Checkpoint format version, `FORMAT_VERSION` (2) unless given or
+        version: Checkpoint format version, `FORMAT_VERSION` (4) unless given or
             inferred; ``0`` marks an ExecutionKit 0.4 checkpoint.
         run_id: Identifier of the run, kept across resumes.
         seq: Increases by one with every checkpoint of a run, across resumes.
@@ -110,6 +120,18 @@ class WorkflowCheckpoint:
             (``{"checkpoint": WorkflowCheckpoint}``), or for a map of
             sub-workflows one per item (``{"items": {key: WorkflowCheckpoint}}``)
             (format 3).
+        ledger: The cost ledger: one `LedgerEntry` per model per attempt that
+            spent tokens or ended in doubt, successful or not, in the order
+            they ended (format 4). ``cost`` includes all of it.
+        in_flight: ``(step path, item key or None, attempt)`` of each attempt
+            running when the checkpoint was taken; a resume from it records
+            each as ``"unknown"`` in the ledger (format 4).
+        trace: The run's trace context, a W3C ``traceparent`` string, kept
+            across resumes so that every invocation joins one trace (format 4;
+            written by `executionkit.otel.Tracing`), or None.
+        lineage: For a fork (`Workflow.fork`), where it came from:
+            ``parent_run_id``, ``parent_seq``, ``overridden``, ``rerun`` and
+            ``note``; empty for a run that is not a fork (format 4).
         new_outputs: Names of the outputs recorded since the previous checkpoint
             of this run, in recording order, so an append-only store can write
             only those. Not part of the dict format (``()`` after `from_dict`)
@@ -118,6 +140,9 @@ class WorkflowCheckpoint:
             since the previous checkpoint of this run, in recording order, so
             an incremental store writes only those. Like ``new_outputs``, not
             part of the dict format and not compared.
+        new_ledger: The rows of ``ledger`` written since the previous
+            checkpoint of this run, for incremental stores; not part of the
+            dict format and not compared.
 
     Raises:
         CheckpointFormatError: If a field is invalid, exactly as `from_dict`
@@ -141,8 +166,13 @@ class WorkflowCheckpoint:
     items: Mapping[str, Mapping[str, Any]] = field(default_factory=_empty_proxy)
     pending: Mapping[str, Mapping[str, Any]] = field(default_factory=_empty_proxy)
     children: Mapping[str, Mapping[str, Any]] = field(default_factory=_empty_proxy)
+    ledger: tuple[LedgerEntry, ...] = ()
+    in_flight: tuple[tuple[str, str | None, int], ...] = ()
+    trace: str | None = None
+    lineage: Mapping[str, Any] = field(default_factory=_empty_proxy)
     new_outputs: tuple[str, ...] = field(default=(), compare=False)
     new_items: Mapping[str, tuple[str, ...]] = field(default_factory=_empty_proxy, compare=False)
+    new_ledger: tuple[LedgerEntry, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         """Validate every field (the one place checkpoints are checked) and freeze them."""
@@ -167,12 +197,13 @@ class WorkflowCheckpoint:
             for name in _LATER_FIELDS
         }
         new: object = self.new_outputs
+        later_v4 = bool(self.ledger or self.in_flight or self.trace or self.lineage)
         if step_index != len(outputs) and given is VERSION_NOT_GIVEN:
             # What ExecutionKit 0.4 code builds: only its three fields, and a step_index
             # that counts completed steps while outputs also hold the initial context.
             # Such a checkpoint is a 0.4 checkpoint, written and read back as one.
             only_04 = not (run_id or seq or context_keys or errors or created_at or metadata)
-            only_04 = only_04 and not any(later.values())
+            only_04 = only_04 and not any(later.values()) and not later_v4
             if only_04 and not (progress or info) and type(new) is tuple and not new:
                 version = LEGACY_VERSION
         # 0.4 kept the initial context inside `outputs`, so only newer formats must match.
@@ -203,6 +234,21 @@ class WorkflowCheckpoint:
         freeze(self, "pending", pending)
         freeze(self, "children", children)
         freeze(self, "new_items", new_items)
+        self._check_v4(version)
+
+    def _check_v4(self, version: int) -> None:
+        """Validate and freeze the fields format 4 added."""
+        given: Any = self
+        ledger = guard("ledger", lambda: read_ledger(given.ledger, version))
+        in_flight = guard("in_flight", lambda: read_in_flight(given.in_flight, version))
+        trace = guard("trace", lambda: read_trace(given.trace, version))
+        lineage = guard("lineage", lambda: read_lineage(given.lineage, version))
+        guard("new_ledger", lambda: read_new_ledger(given.new_ledger, ledger))
+        freeze = object.__setattr__
+        freeze(self, "ledger", ledger)
+        freeze(self, "in_flight", in_flight)
+        freeze(self, "trace", trace)
+        freeze(self, "lineage", lineage)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the checkpoint as a plain dict.
@@ -242,7 +288,19 @@ class WorkflowCheckpoint:
             data["children"] = {
                 name: _children_dict(entry) for name, entry in self.children.items()
             }
+        if self.version >= 4:  # noqa: PLR2004 - the version that introduced these
+            data["ledger"] = [row.to_list() for row in self.ledger]
+            data["in_flight"] = [list(attempt) for attempt in self.in_flight]
+            data["trace"] = self.trace
+            data["lineage"] = lineage_dict(self.lineage)
         return data
+
+    @property
+    def spending(self) -> Spending:
+        """The ledger summed: spent and wasted usage, by step, model or item."""
+        from executionkit._ledger import Spending  # noqa: PLC0415 - only readers pay
+
+        return Spending.of(self.ledger)
 
     @classmethod
     def from_dict(cls, data: object) -> WorkflowCheckpoint:
@@ -304,6 +362,10 @@ def _read_checkpoint(cls: type[WorkflowCheckpoint], data: object) -> WorkflowChe
         items=data.get("items", {}),
         pending=data.get("pending", {}),
         children=data.get("children", {}),
+        ledger=data.get("ledger", ()),
+        in_flight=data.get("in_flight", ()),
+        trace=data.get("trace"),
+        lineage=data.get("lineage", {}),
     )
 
 
@@ -413,19 +475,32 @@ class SharedFields:
     """What every checkpoint of one run shares: the run's constant fields and its output log.
 
     A checkpoint taken by a run holds this object, its own ``step_index``,
-    ``cost``, ``seq``, where its new outputs start in the log (``_since``) and
-    the clock (``_ns``); `_Deferred` computes every other field from those.
+    ``cost``, ``seq``, where its new outputs start in the log (``_since``), how
+    many ledger rows it covers (``_rows``, new since ``_rows_since``) and the
+    clock (``_ns``); `_Deferred` computes every other field from those.
     """
 
-    __slots__ = ("context_keys", "log", "metadata", "run_id", "step_info", "version")
+    __slots__ = (
+        "context_keys",
+        "ledger",
+        "lineage",
+        "log",
+        "metadata",
+        "run_id",
+        "step_info",
+        "trace",
+        "version",
+    )
 
-    def __init__(
+    def __init__(  # noqa: PLR0917 - the run's constant fields, built once
         self,
         log: OutputLog,
         step_info: Mapping[str, Mapping[str, Any]],
         run_id: str,
         context_keys: tuple[str, ...],
         metadata: Mapping[str, Any],
+        ledger: list[LedgerEntry],
+        lineage: Mapping[str, Any],
     ) -> None:
         self.log = log
         self.step_info = step_info
@@ -433,6 +508,11 @@ class SharedFields:
         self.run_id = run_id
         self.context_keys = context_keys
         self.metadata = metadata
+        # The run's ledger rows (append-only): a checkpoint covers the first `_rows`.
+        self.ledger = ledger
+        self.lineage = lineage
+        # Set once, by the first listener that traces the run (see Run).
+        self.trace: str | None = None
 
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -463,6 +543,19 @@ def _new_outputs(fields: dict[str, Any]) -> Any:
     return fields["_shared"].log.names_between(fields["_since"], fields["step_index"])
 
 
+def _ledger(fields: dict[str, Any]) -> Any:
+    return tuple(fields["_shared"].ledger[: fields["_rows"]])
+
+
+def _new_ledger(fields: dict[str, Any]) -> Any:
+    return tuple(fields["_shared"].ledger[fields["_rows_since"] : fields["_rows"]])
+
+
+def _no_attempts(fields: dict[str, Any]) -> Any:
+    del fields
+    return ()
+
+
 def _created_at(fields: dict[str, Any]) -> Any:
     return utc_timestamp(fields["_ns"])
 
@@ -486,6 +579,11 @@ def _install_deferred_fields() -> None:
         _Deferred("children", _empty),
         _Deferred("new_outputs", _new_outputs, ()),
         _Deferred("new_items", _empty),
+        _Deferred("ledger", _ledger, ()),
+        _Deferred("new_ledger", _new_ledger, ()),
+        _Deferred("in_flight", _no_attempts, ()),
+        _Deferred("trace", _shared("trace"), None),
+        _Deferred("lineage", _shared("lineage")),
     ):
         setattr(WorkflowCheckpoint, descriptor.name, descriptor)
 

@@ -18,13 +18,14 @@ from executionkit._types import TokenUsage
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """The checkpoint format version this library writes (and the newest it reads).
 
 Version 1 (written by executionkit 0.1.0) lacks ``progress`` and ``step_info``;
 version 2 adds both; version 3 adds ``skipped``, ``items``, ``pending`` and
 ``children`` (conditions, maps, questions and sub-workflows) and a ``kind`` in
-``step_info`` for steps that are not plain steps.
+``step_info`` for steps that are not plain steps; version 4 adds ``ledger`` and
+``in_flight`` (the cost of every attempt), ``trace`` and ``lineage``.
 """
 
 LEGACY_VERSION = 0
@@ -50,6 +51,8 @@ KEYS_BY_VERSION = {
     1: _V1_KEYS,
     2: _V2_KEYS,
     3: _V2_KEYS | {"skipped", "items", "pending", "children"},
+    4: _V2_KEYS
+    | {"skipped", "items", "pending", "children", "ledger", "in_flight", "trace", "lineage"},
 }
 STEP_INFO_KEYS = frozenset({"version", "depends_on"})
 STEP_KINDS = ("step", "map", "ask", "workflow")

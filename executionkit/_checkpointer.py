@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from executionkit._checkpoint import WorkflowCheckpoint
     from executionkit._options import CheckpointFn
     from executionkit._record import Record
+    from executionkit._types import TokenUsage
 
 
 def _retrieve(future: asyncio.Future[None]) -> None:
@@ -225,6 +226,12 @@ class Checkpointer:
     def progress_of(self, name: str) -> Any:
         """Return the progress value ``name`` saved last, or None."""
         return self._record.progress.get(name)
+
+    def add_usage(
+        self, name: str, key: str | None, attempt: int, usage: TokenUsage, model: str | None
+    ) -> None:
+        """Usage reported by the running attempt of step ``name`` (item ``key``)."""
+        self._record.ledger.add(name, key, attempt, usage, model)
 
     def save_progress(self, name: str, value: object) -> asyncio.Future[None]:
         """Record ``value`` for step ``name``; the future resolves once it is checkpointed."""

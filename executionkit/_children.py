@@ -20,8 +20,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from executionkit._errors import BudgetExceeded
+from executionkit._listeners import Forwarded
 from executionkit._outcome import Unfinished
-from executionkit._policies import SHARED_SLOTS
+from executionkit._policies import PARENT_STEP, SHARED_SLOTS
 from executionkit._questions import join_path
 from executionkit._types import TokenUsage
 from executionkit.events import StepInvalidated
@@ -135,6 +136,7 @@ class ChildRuns:
 
         # The child's steps take the parent's concurrency slots: one pool for the run.
         token = SHARED_SLOTS.set(self._slots)
+        parent = PARENT_STEP.set((self._record.run_id, name, key))
         try:
             result = await workflow.run(
                 dict(context), checkpoint_fn=saved, resume_from=resume, **options
@@ -143,6 +145,7 @@ class ChildRuns:
             return Unfinished(str(exc))  # the parent stops too, and says so
         finally:
             SHARED_SLOTS.reset(token)
+            PARENT_STEP.reset(parent)
         if result.invalidated or result.discarded:
             self._report(prefix, workflow, result)
         if result.pending:
@@ -180,7 +183,7 @@ class ChildRuns:
         note = self._record.note_invalidated
         below = f"{run_id}/"
 
-        def forward(event: object) -> object:
+        def forward(event: object) -> object:  # noqa: RUF100
             if type(event) is StepInvalidated:
                 step = join_path(event.step)
                 if event.run_id == run_id:
@@ -189,4 +192,4 @@ class ChildRuns:
                     note(f"{prefix}/{event.run_id.removeprefix(below)}/{step}", event.reason)
             return on_event(event)
 
-        return forward
+        return Forwarded(forward, on_event)

@@ -99,14 +99,20 @@ async def drive(
     todo = [(key, item) for key, item in reversed(pairs) if key not in recorded]
     _announce_start(run, step.name, pairs, recorded, len(pairs) - len(todo))
     driver = _Driver(position, step.name, run_item, run, takes_slots=takes_slots)
-    if plain and run.checkpointer.active:
-        run.in_turn.add(position)
-        try:
-            await driver.run_in_turn(todo)
-        finally:
-            run.in_turn.discard(position)
-    else:
-        await driver.run(todo, step.max_concurrency)
+    # Listed in checkpoints' in_flight while it runs: items of it may be spending.
+    running = run.record.maps_running
+    running.add(position)
+    try:
+        if plain and run.checkpointer.active:
+            run.in_turn.add(position)
+            try:
+                await driver.run_in_turn(todo)
+            finally:
+                run.in_turn.discard(position)
+        else:
+            await driver.run(todo, step.max_concurrency)
+    finally:
+        running.discard(position)
     if driver.failures:
         raise driver.failed(len(pairs))
     recorded = run.record.recorded_items(step.name)

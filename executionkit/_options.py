@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
 from executionkit._checkpoint import LEGACY_VERSION, WorkflowCheckpoint
 from executionkit._errors import RunArgumentError, did_you_mean
 from executionkit._graph import graph_of
+from executionkit._listeners import listeners_of
 from executionkit._questions import checked_answers, join_path, split_path
 from executionkit._types import TokenUsage
 
@@ -90,7 +91,7 @@ class RunOptions:
         validate_json = arguments["validate_json"]
         schedule = arguments["schedule"]
         max_concurrency = arguments["max_concurrency"]
-        on_event = arguments["on_event"]
+        on_event = listeners_of(arguments["on_event"])
         executor = arguments["executor"]
         checkpoint_every = arguments["checkpoint_every"]
         answers = (
@@ -129,7 +130,10 @@ class RunOptions:
             msg = f"max_concurrency must be a positive int or None, got {max_concurrency!r}"
             raise RunArgumentError(msg)
         if on_event is not None and not callable(on_event):
-            msg = f"on_event must be callable or None, got {type(on_event).__name__}"
+            msg = (
+                f"on_event must be callable, a list of callables, or None, got "
+                f"{type(on_event).__name__}"
+            )
             raise RunArgumentError(msg)
         if executor is not None and not callable(getattr(executor, "submit", None)):
             msg = (

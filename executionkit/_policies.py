@@ -26,6 +26,10 @@ FailureMeans = Literal["keep going", "start nothing new", "cancel"]
 # The slots of the run whose sub-workflow is starting: its child's run takes them
 # (set around the child's `Workflow.run` by `ChildRuns.run`, in that step's context).
 SHARED_SLOTS: ContextVar[Slots | None] = ContextVar("executionkit_slots", default=None)
+# Set by a sub-workflow step around its child's run: (parent run_id, step name, item key).
+PARENT_STEP: ContextVar[tuple[str, str, str | None] | None] = ContextVar(
+    "executionkit_parent_step", default=None
+)
 
 
 class Slots:
@@ -94,6 +98,14 @@ class Policies:
         if self._failures and self.on_error != "continue":
             return False
         return not self._over_budget()
+
+    def may_start_ready(self) -> bool:
+        """Whether steps that are ready may still start (eager mode), slots aside."""
+        if self.stopping:
+            return False
+        if self._failures and self.on_error == "cancel":
+            return False
+        return self._may_start_more()
 
     def may_start(self) -> bool:
         """Whether another step may start now.

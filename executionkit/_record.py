@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from executionkit._checkpoint import SharedFields, WorkflowCheckpoint, trusted_checkpoint
 from executionkit._errors import BudgetExceeded, WorkflowFailed
+from executionkit._ledger import ZERO, Ledger, Spending
 from executionkit._plain import plain_copy
+from executionkit._questions import join_path
 from executionkit._result import WorkflowResult
 from executionkit._resume import Restored, restore
 from executionkit._snapshot import Extended, OutputLog
@@ -30,13 +32,13 @@ from executionkit._state_skips import Skips
 from executionkit._types import PatternResult, TokenUsage
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Mapping
+    from collections.abc import Collection, Iterable, Mapping
 
     from executionkit._graph import Graph
     from executionkit._options import RunOptions
 
 EMPTY: MappingProxyType[str, Any] = MappingProxyType({})
-_ZERO = TokenUsage()
+_ZERO = ZERO  # the ledger returns this very object when nothing was spent
 
 
 def reached(usage: TokenUsage, budget: TokenUsage | None) -> bool:
@@ -100,9 +102,31 @@ class Record:
         self.changes = 0
         self.saved = 0
         self.last: WorkflowCheckpoint | None = options.resume_from
-        self._shared = SharedFields(
-            self.log, graph.step_info, self.run_id, tuple(sorted(context)), state.metadata
+        # The cost of every attempt, restored rows first (see executionkit._ledger).
+        self.ledger = Ledger(state.ledger)
+        # Steps about to start (the loop's ready list): in a checkpoint's in_flight too,
+        # since they may have spent before the next checkpoint.
+        self.next_up: list[int] = []
+        # Map steps running now (their items may be spending; see _in_flight).
+        self.maps_running: set[int] = set()
+        # What the last failed attempt of a step (or item) spent, for its failure's event.
+        self.last_waste: dict[tuple[str, str | None], TokenUsage] = {}
+        self.shared = SharedFields(
+            self.log,
+            graph.step_info,
+            self.run_id,
+            tuple(sorted(context)),
+            state.metadata,
+            self.ledger.entries,
+            state.lineage,
         )
+        self.shared.trace = state.trace
+        # Ledger rows the checkpoint resumed from holds: the next checkpoint's new rows
+        # start after them (rows of attempts it found running come first).
+        resumed = options.resume_from
+        self._rows = 0 if resumed is None else len(resumed.ledger)
+        if len(self.ledger.entries) != self._rows:
+            self.changes += 1  # the unknown attempts: saved by the first checkpoint
         self._snapshot_length = len(self.log)
         self._reported: set[str] = set()
         # The rooms of the kinds of step that record more than an output, each its own
@@ -143,6 +167,9 @@ class Record:
     def child_saved(self, name: str, key: str | None, checkpoint: WorkflowCheckpoint) -> None:
         """Keep the child's latest checkpoint and count what it spent since the last one."""
         self.cost += self.children.keep(name, key, checkpoint)
+        if checkpoint.new_ledger:
+            prefix = join_path(name) if key is None else join_path(name, key)
+            self.ledger.extend(prefix, checkpoint.new_ledger)
         self.changes += 1
 
     def child_finished(self, name: str, key: str | None, cost: TokenUsage) -> None:
@@ -170,22 +197,26 @@ class Record:
             self.landed[position] = self.items.finish(self.graph.names[position], result)
             self.changes += 1
             return _ZERO
-        cost = _ZERO
+        name = self.graph.names[position]
+        reported = None
         if isinstance(result, PatternResult):
-            cost = result.cost
-            self.cost += cost
+            reported = result.cost
             result = result.value
         if self._validate_json or position in self._encoded:
             try:
                 stored = self._storable(position, result)
             except Exception as exc:  # noqa: BLE001 - an unrecordable output fails its step
+                self.cost += self.ledger.close(name, None, "failed", reported)
                 self.fail(position, exc)
                 return None
         else:
             stored = result
+        cost = self.ledger.close(name, None, "ok", reported)
+        if cost is not _ZERO:
+            self.cost += cost
         self.landed[position] = (result, stored)
         if self.progress:
-            self.progress.pop(self.graph.names[position], None)
+            self.progress.pop(name, None)
         self.changes += 1
         return cost
 
@@ -202,11 +233,9 @@ class Record:
         ``validate_json`` refused it) is not recorded, though its cost counts.
         """
         name = self.graph.names[position]
-        cost = _ZERO
+        reported = None
         if isinstance(result, PatternResult):
-            cost = result.cost
-            self.cost += cost
-            self.items.spent(name, cost)
+            reported = result.cost
             result = result.value
         stored = result
         self.changes += 1
@@ -214,14 +243,41 @@ class Record:
             try:
                 stored = self._storable(position, result, key)
             except Exception as exc:  # noqa: BLE001 - an unrecordable output fails its item
+                cost = self.ledger.close(name, key, "failed", reported)
+                self.cost += cost
                 return cost, exc
+        cost = self.ledger.close(name, key, "ok", reported)
+        if cost is not _ZERO:
+            self.cost += cost
+            self.items.spent(name, cost)
         self.items.add(name, key, stored, result)
         return cost, None
 
     def fail(self, position: int, error: Exception) -> None:
         """Record that the step at ``position`` failed with ``error``."""
+        self.charge(self.graph.names[position], None, "failed")
         self.failures[position] = error
         self.changes += 1
+
+    def charge(self, name: str, key: str | None, outcome: str) -> TokenUsage:
+        """An attempt of step ``name`` (item ``key``) ended without an output: count its usage."""
+        cost = self.ledger.close(name, key, outcome)
+        if cost is not _ZERO:
+            self.cost += cost
+            self.changes += 1
+            self.last_waste[name, key] = cost
+        return cost
+
+    def waste_of(self, name: str, key: str | None) -> TokenUsage:
+        """What the last attempt of ``name`` (item ``key``) that failed spent; forget it."""
+        return self.last_waste.pop((name, key), _ZERO) if self.last_waste else _ZERO
+
+    def book_late(self) -> None:
+        """Count usage reported after its attempt ended (by a thread left running)."""
+        late = self.ledger.book_late()
+        if late is not _ZERO:
+            self.cost += late
+            self.changes += 1
 
     def skip(self, position: int, reason: str) -> None:
         """Hold the skip of the step at ``position`` until the next merge, like an output.
@@ -296,14 +352,23 @@ class Record:
         # Every other field is computed from these when first read (see
         # executionkit._checkpoint._Deferred): most checkpoints are stored or
         # dropped without anyone reading their views or timestamp.
+        ledger = self.ledger
+        if ledger.late_rows:
+            self.book_late()
+        rows_since = self._rows
+        rows = self._rows = len(ledger.entries)
         fields: dict[str, Any] = {
             "step_index": length,
             "cost": self.cost,
             "seq": self.seq,
-            "_shared": self._shared,
+            "_shared": self.shared,
             "_since": since,
+            "_rows": rows,
+            "_rows_since": rows_since,
             "_ns": time.time_ns(),
         }
+        if ledger.open or self.next_up or self.maps_running or self.landed:
+            fields["in_flight"] = self._in_flight()
         if self.failures:
             fields["errors"] = self._error_texts()
         if self.landed or self.progress or self._reported:
@@ -319,6 +384,74 @@ class Record:
         checkpoint = trusted_checkpoint(fields)
         self.last = checkpoint
         return checkpoint
+
+    def coming(self, ready: Iterable[int] | None) -> None:
+        """Steps about to start: with those started before and not ended, in ``in_flight``.
+
+        A checkpoint lists them because they may spend before the next one: a
+        resume from it counts each as ``"unknown"`` (never as zero). None: no
+        step starts any more (steps still running are listed by their attempts).
+        """
+        if ready is None:
+            self.next_up = []
+            return
+        ended = self._ended
+        listed = self.next_up = [p for p in self.next_up if not ended(p)]
+        listed += [p for p in ready if p not in listed]
+
+    def _freed(self) -> set[int]:
+        """Steps that outputs landed since the last merge make ready: they may start next.
+
+        A checkpoint taken mid-batch (a map item's, a step's progress) holds those
+        outputs before the loop has seen them; it lists these steps so that no
+        step starts unlisted after the last checkpoint.
+        """
+        if not self.landed:
+            return set()
+        graph = self.graph
+        names = graph.names
+        outputs = self.outputs
+        skipped = self.skips.skipped
+        landed = self.landed
+        freed: set[int] = set()
+        for position in landed:
+            for child in graph.dependents[position]:
+                if all(
+                    dep in landed or names[dep] in outputs or names[dep] in skipped
+                    for dep in graph.dependencies[child]
+                ):
+                    freed.add(child)
+        return freed
+
+    def _ended(self, position: int) -> bool:
+        name = self.graph.names[position]
+        return (
+            position in self.landed
+            or position in self.failures
+            or name in self.outputs
+            or name in self.skips.skipped
+        )
+
+    def _in_flight(self) -> tuple[tuple[str, str | None, int], ...]:
+        """The attempts running now and the steps about to start (their first attempt)."""
+        # A running map is listed by itself (item key None), not item by item: its
+        # checkpoints stay small however many items run at once.
+        running = tuple(attempt for attempt in self.ledger.in_flight() if attempt[1] is None)
+        if not self.next_up and not self.maps_running and not self.landed:
+            return running
+        graph = self.graph
+        names = graph.names
+        opened = {(step, key) for step, key, _attempt in running}
+        # Asks and sub-workflows spend nothing themselves (a child has checkpoints of its own).
+        upcoming = tuple(
+            (names[p], None, 1)
+            for p in sorted({*self.next_up, *self.maps_running, *self._freed()})
+            if (names[p], None) not in opened
+            and p not in graph.asks
+            and p not in graph.workflows
+            and not self._ended(p)
+        )
+        return running + upcoming
 
     def _describe_exactly(self, fields: dict[str, Any], since: int) -> None:
         """Fill in the fields a rare checkpoint cannot derive from the log alone.
@@ -409,6 +542,7 @@ class Record:
             invalidated=self.invalidated,
             discarded=self.discarded,
             skipped=self.skips.in_order() if self.skips.skipped else EMPTY,
+            spending=Spending.of(self.ledger.entries, self.ledger.restored),
         )
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from executionkit._ledger import Spending
 from executionkit._types import TokenUsage
 
 
@@ -34,6 +35,11 @@ class WorkflowResult:
             to its question, in declaration order. When it is not empty the run
             is suspended, not finished: ``outputs`` holds only what completed.
             Resume with ``answers={name: answer}``.
+        spending: The cost ledger summed: what successful attempts spent and
+            failed, timed-out or cancelled ones wasted, by step, model and
+            item, and what this call spent against what was restored
+            (`executionkit.Spending`). ``cost`` is its total plus any usage
+            restored from checkpoints older than format 4.
     """
 
     outputs: MappingProxyType[str, Any]
@@ -45,3 +51,4 @@ class WorkflowResult:
     discarded: tuple[str, ...] = ()
     skipped: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     pending: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    spending: Spending = field(default_factory=lambda: Spending.of(()))

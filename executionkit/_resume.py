@@ -15,6 +15,7 @@ from executionkit._checkpoint import LEGACY_VERSION
 from executionkit._conditions import Conditions
 from executionkit._errors import CheckpointMismatchError
 from executionkit._graph import kind_of
+from executionkit._ledger import LedgerEntry
 from executionkit._options import names_text
 from executionkit._questions import check_deadline
 from executionkit._types import TokenUsage
@@ -47,6 +48,10 @@ class Restored:
     invalidated: dict[str, str] = field(default_factory=dict)
     discarded: tuple[str, ...] = ()
     skipped: dict[str, str] = field(default_factory=dict)
+    # The cost ledger, with an "unknown" row for each attempt the checkpoint found running.
+    ledger: tuple[LedgerEntry, ...] = ()
+    trace: str | None = None
+    lineage: Mapping[str, Any] = field(default_factory=dict)
 
 
 def restore(
@@ -140,7 +145,26 @@ def restore(
         invalidated=invalidated,
         discarded=discarded,
         skipped=skipped,
+        ledger=_ledger(checkpoint),
+        trace=checkpoint.trace,
+        lineage=checkpoint.lineage,
     )
+
+
+def _ledger(checkpoint: WorkflowCheckpoint) -> tuple[LedgerEntry, ...]:
+    """The ledger resumed with: attempts running at the checkpoint count as unknown.
+
+    Their usage was never reported back (the process stopped, or the resume is
+    from a checkpoint taken while they ran): recorded as one attempt each, of
+    unknown usage, never as zero.
+    """
+    if not checkpoint.in_flight:
+        return checkpoint.ledger
+    unknown = tuple(
+        LedgerEntry(step, key, attempt, "unknown", None, TokenUsage())
+        for step, key, attempt in checkpoint.in_flight
+    )
+    return (*checkpoint.ledger, *unknown)
 
 
 def _refuse_unexplained_skips(graph: Graph, skipped: dict[str, str]) -> None:

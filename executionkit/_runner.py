@@ -24,17 +24,22 @@ import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from executionkit._announcer import Announcer
+from executionkit._announcer import LOG, Announcer
 from executionkit._attempt import Attempts
+from executionkit._checkpoint_fields import FORMAT_VERSION
+from executionkit._checkpoint_v4 import read_trace
 from executionkit._checkpointer import Checkpointer
 from executionkit._children import ChildRuns
 from executionkit._conditions import Conditions
+from executionkit._errors import CheckpointFormatError
 from executionkit._graph import Frontier
+from executionkit._listeners import tracers
 from executionkit._map import MapRun
 from executionkit._outcome import FAILED, INTERRUPTED, VALUE, Ending, Landing, caught
-from executionkit._policies import SHARED_SLOTS, Policies, Slots
+from executionkit._policies import PARENT_STEP, SHARED_SLOTS, Policies, Slots
 from executionkit._record import Record
 from executionkit._running import Running
+from executionkit.events import RunStarted
 
 if TYPE_CHECKING:
     from executionkit._graph import Graph
@@ -55,10 +60,13 @@ class Run(Landing):
         # steps do not: a run a step starts by hand is a run of its own (sharing them,
         # a step holding a slot would wait for its own inner run, which waits for one).
         slots = SHARED_SLOTS.get()
+        self._parent = PARENT_STEP.get()
         if slots is None:
             slots = Slots(options.max_concurrency)
         else:
             SHARED_SLOTS.set(None)  # in this child's task only: its steps start from here
+        if self._parent is not None:
+            PARENT_STEP.set(None)
         caller_context = contextvars.copy_context()
         self._announcer = announcer = Announcer(
             options.on_event, caller_context, record.run_id, graph.names
@@ -95,6 +103,7 @@ class Run(Landing):
             maps=self._maps_run,
             children=ChildRuns(record, options, checkpointer, slots),
             pending=record.questions.pending,
+            record=record,
         )
         # In batch mode, "step" records and checkpoints each completion as it lands.
         self._per_step = (
@@ -148,7 +157,7 @@ class Run(Landing):
         began = time.perf_counter()
         self._task = asyncio.current_task()
         if self._observed:
-            self._announcer.run_started(self._record, len(self._graph), resumed=self._resumed)
+            self._start_announced()
         try:
             if self._record.questions.answered:
                 # Answers are saved before anything acts on them: of two processes
@@ -159,6 +168,36 @@ class Run(Landing):
             self._stop(exc)
         return await self._exit(began)
 
+    def _start_announced(self) -> None:
+        """Say the run starts; first ask the listeners that trace for the run's trace."""
+        record = self._record
+        shared = record.shared
+        started = RunStarted(
+            record.run_id,
+            len(self._graph),
+            (),
+            self._resumed,
+            record.cost,
+            shared.trace,
+            self._parent,
+        )
+        for tracer in tracers(self._options.on_event):
+            try:
+                trace = tracer.trace_run(started)
+            except Exception:  # noqa: BLE001 - a listener never breaks the run
+                LOG.warning(
+                    "executionkit: %r.trace_run raised; the run goes on", tracer, exc_info=True
+                )
+                continue
+            if shared.trace is None and trace is not None:
+                try:
+                    shared.trace = read_trace(trace, FORMAT_VERSION)
+                except CheckpointFormatError:
+                    LOG.warning(
+                        "executionkit: %r.trace_run returned %r, not a traceparent", tracer, trace
+                    )
+        self._announcer.run_started(record, started)
+
     # --- the two schedules ----------------------------------------------------------------
 
     async def _run_batches(self) -> None:
@@ -167,6 +206,7 @@ class Run(Landing):
         save = self._checkpointer.save
         policies = self._policies
         ready = frontier.initial()
+        record.coming(ready)
         left: list[int] = []
         while ready and policies.may_begin_batch():
             if len(ready) == 1 and ready[0] not in self._inline_steps and policies.may_start():
@@ -180,6 +220,8 @@ class Run(Landing):
             else:
                 recorded = record.merge()
             ready = frontier.complete(recorded)
+            # In the checkpoint's in_flight: they start next (if anything does).
+            record.coming(ready if policies.may_begin_batch() else None)
             await save()
         self._more = self._more or bool(ready or left)
 
@@ -189,6 +231,7 @@ class Run(Landing):
         save = self._checkpointer.save
         running = self._running
         ready = frontier.initial()
+        record.coming(ready)
         if ready and record.over_budget():
             self._more = True
             return
@@ -213,6 +256,8 @@ class Run(Landing):
                     await running.wait()
             for position in frontier.complete(record.merge()):
                 heapq.heappush(ready, position)
+            # In the checkpoint's in_flight: they start next (if anything does).
+            record.coming(ready if self._policies.may_start_ready() else None)
             # Steps that finish while checkpoint_fn runs are folded into the next one.
             await save()
         self._more = self._more or bool(ready)
@@ -285,6 +330,7 @@ class Run(Landing):
             self._record.fail(position, value)
             self._failed(position)
         elif ending == INTERRUPTED:
+            self._record.charge(self._graph.names[position], None, "cancelled")
             self._stop(value)
         elif position not in self._asks:  # UNFINISHED; an ask just waits
             self._more = True
@@ -303,13 +349,19 @@ class Run(Landing):
                     done = len(record.recorded_items(self._graph.names[position]))
                     self._announcer.item_finished(position, key, began, cost, done)
                 return None
+            usage = record.waste_of(self._graph.names[position], key)
             if self._observed:
-                self._announcer.item_failed(position, key, began, error)
+                self._announcer.item_failed(position, key, began, error, usage)
             return error
         if ending == FAILED:
+            name = self._graph.names[position]
+            record = self._record
+            record.charge(name, key, "failed")
+            usage = record.waste_of(name, key)
             if self._observed:
-                self._announcer.item_failed(position, key, began, value)
+                self._announcer.item_failed(position, key, began, value, usage)
         elif ending == INTERRUPTED:
+            self._record.charge(self._graph.names[position], key, "cancelled")
             self._stop(value)
         return None
 
@@ -324,8 +376,10 @@ class Run(Landing):
             self._announcer.asked(position, entry)
 
     def _failed(self, position: int) -> None:
+        record = self._record
+        usage = record.waste_of(self._graph.names[position], None)
         if self._observed:
-            self._announcer.failed(position, self._record.failures[position])
+            self._announcer.failed(position, record.failures[position], usage)
         if self._policies.after_failure() == "cancel":
             self._running.cancel()
 
@@ -386,6 +440,8 @@ class Run(Landing):
             self._interrupt = self._interrupt or asyncio.CancelledError()
         running.close()
         record.merge()
+        record.book_late()
+        record.next_up = []  # nothing starts after this: the last checkpoint lists none
         checkpointer = self._checkpointer
         saved, error = await checkpointer.save_through() if checkpointer.saves else (False, None)
         cancelled = cancelled or saved

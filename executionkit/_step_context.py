@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import asyncio
 
+    from executionkit._types import TokenUsage
+
 
 class _Host(Protocol):
     """The run a step context belongs to."""
@@ -15,6 +17,10 @@ class _Host(Protocol):
     def progress_of(self, name: str) -> Any: ...
 
     def save_progress(self, name: str, value: object) -> asyncio.Future[None]: ...
+
+    def add_usage(
+        self, name: str, key: str | None, attempt: int, usage: TokenUsage, model: str | None
+    ) -> None: ...
 
 
 class StepContext:
@@ -72,6 +78,42 @@ class StepContext:
     def progress(self) -> Any:
         """The progress value this step saved last, restored on resume; None if none."""
         return self._host.progress_of(self.name)
+
+    def add_usage(self, usage: TokenUsage, *, model: str | None = None) -> None:
+        """Count tokens this attempt spent, as it spends them.
+
+        Call it after every model call (or once with a sum), from the step
+        itself or a thread it runs in. The usage counts whatever happens next:
+        if the attempt then fails, times out or is cancelled, it is counted as
+        wasted (`WorkflowResult.spending`), in the run's ``cost``, in budgets
+        and in every checkpoint. ``PatternResult.cost`` of the step's result
+        adds to it: report each call once, one way or the other. In a process
+        or Dask executor, the usage travels back with the result or exception.
+
+        Args:
+            usage: The tokens and calls spent.
+            model: The model that spent them, so that cost can be split by
+                model (`Spending.by_model`).
+
+        Raises:
+            TypeError: If ``usage`` is not a `TokenUsage` or ``model`` is not
+                a str or None.
+        """
+        from executionkit._types import TokenUsage  # noqa: PLC0415 - loaded already
+
+        given: object = usage
+        if not isinstance(given, TokenUsage):
+            msg = (
+                f"step {self.name!r}: add_usage() takes a TokenUsage, got "
+                f"{type(usage).__name__}; build one with "
+                f"TokenUsage(input_tokens=..., output_tokens=..., llm_calls=...)"
+            )
+            raise TypeError(msg)
+        if model is not None and type(model) is not str:
+            got = type(model).__name__
+            msg = f"step {self.name!r}: add_usage(model=...) must be a str or None, got {got}"
+            raise TypeError(msg)
+        self._host.add_usage(self.name, self.item_key, self.attempt, usage, model)
 
     def save_progress(self, value: object) -> asyncio.Future[None]:
         """Record ``value`` as this step's progress and have it checkpointed.

@@ -16,7 +16,7 @@ from executionkit._options import (
 from executionkit._plan import ResumePlan, plan_resume
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping
+    from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping, Sequence
     from concurrent.futures import Executor
 
     from executionkit._checkpoint import WorkflowCheckpoint
@@ -105,7 +105,7 @@ class Workflow:
         validate_json: bool = False,
         schedule: Schedule = "batch",
         max_concurrency: int | None = None,
-        on_event: EventCallback | None = None,
+        on_event: EventCallback | Sequence[EventCallback] | None = None,
         executor: Executor | None = None,
         checkpoint_every: CheckpointEvery = "batch",
     ) -> WorkflowResult:
@@ -172,15 +172,20 @@ class Workflow:
                 goes: run started or resumed, step started, finished, failed,
                 retried, skipped, restored or invalidated, checkpoint taken, run finished
                 or failed. A plain function or a coroutine function (awaited in
-                order; ``run`` waits for it before returning). What it raises is
-                logged on the ``executionkit`` logger and never affects the run.
+                order; ``run`` waits for it before returning), or a list of
+                them, each getting every event in turn (``[Tracing(),
+                ConsoleProgress()]``). What one raises is logged on the
+                ``executionkit`` logger and never affects the run or the others.
             executor: A `concurrent.futures.Executor` to run plain-function
                 steps in: threads for blocking I/O, processes for CPU-bound
                 work, or a Dask client's ``get_executor()`` to spread steps over
                 a cluster. Async steps stay on the event loop, and checkpoints
                 are taken in this process. In a thread, ``current_step()`` works;
                 in other executors the step receives ``ctx`` as a plain dict,
-                and it and its values must be picklable.
+                and it and its values must be picklable; there
+                ``current_step()`` gives its name, attempt and
+                ``add_usage``, whose usage travels back with the result or
+                the exception.
             checkpoint_every: In batch mode, ``"batch"`` (default) checkpoints
                 after each batch; ``"step"`` records each step's output and
                 checkpoints as soon as it completes (completions that land

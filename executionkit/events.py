@@ -65,12 +65,18 @@ class RunStarted(Event):
             with an output and those a condition skipped, in declaration order.
         resumed: Whether the run continues from a checkpoint.
         cost: Token usage restored from that checkpoint (zero for a fresh run).
+        trace: The run's trace context stored in that checkpoint (a W3C
+            ``traceparent`` string), or None.
+        parent: For the run of a sub-workflow, ``(parent run_id, step name,
+            item key or None)`` of the step that runs it; None otherwise.
     """
 
     steps: int
     recorded: tuple[str, ...]
     resumed: bool
     cost: TokenUsage = field(default_factory=TokenUsage)
+    trace: str | None = None
+    parent: tuple[str, str, str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -168,7 +174,7 @@ class ItemFinished(Event):
         step: The map step's name.
         item: The item's key.
         duration: Seconds from the item's first attempt to its end.
-        cost: The item's token usage.
+        cost: What the item's successful attempt spent.
         recorded: How many items of the map are recorded now, restored ones included.
     """
 
@@ -188,12 +194,14 @@ class ItemFailed(Event):
         item: The item's key.
         duration: Seconds from the item's first attempt to its end.
         error: What it raised.
+        usage: What its last attempt spent (wasted: no output was recorded).
     """
 
     step: str
     item: str
     duration: float
     error: BaseException
+    usage: TokenUsage = field(default_factory=TokenUsage)
 
 
 @dataclass(frozen=True)
@@ -232,6 +240,7 @@ class StepRetried(Event):
         error: What it raised.
         delay: Seconds until the next attempt.
         item: In a map step, the key of the item being retried; None otherwise.
+        usage: What the failed attempt spent (wasted, and counted in the run's cost).
     """
 
     step: str
@@ -239,6 +248,7 @@ class StepRetried(Event):
     error: BaseException
     delay: float
     item: str | None = None
+    usage: TokenUsage = field(default_factory=TokenUsage)
 
 
 @dataclass(frozen=True)
@@ -248,7 +258,9 @@ class StepFinished(Event):
     Attributes:
         step: The step's name.
         duration: Seconds from its start to its completion, retries included.
-        cost: The token usage its result reported.
+        cost: What its successful attempt spent: usage reported with
+            `StepContext.add_usage` plus its result's ``PatternResult.cost``
+            (failed attempts' usage came with `StepRetried`).
     """
 
     step: str
@@ -264,11 +276,13 @@ class StepFailed(Event):
         step: The step's name.
         duration: Seconds from its start to the failure.
         error: What it raised.
+        usage: What its last attempt spent (wasted: no output was recorded).
     """
 
     step: str
     duration: float
     error: BaseException
+    usage: TokenUsage = field(default_factory=TokenUsage)
 
 
 @dataclass(frozen=True)
@@ -324,11 +338,13 @@ class RunFailed(Event):
         duration: Seconds the call of ``run`` took.
         error: The exception ``run`` raises.
         invalidated: Steps whose recorded outputs were dropped on resume, with why.
+        cost: Total token usage, restored usage and wasted attempts included.
     """
 
     duration: float
     error: BaseException
     invalidated: Mapping[str, str]
+    cost: TokenUsage = field(default_factory=TokenUsage)
 
 
 EventCallback: TypeAlias = Callable[[Event], object]

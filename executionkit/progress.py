@@ -151,6 +151,7 @@ class ConsoleProgress:
         self._runs: dict[str, _Run] = {}  # by run_id: the run and its running sub-workflows
         self._active = False  # between the run's RunStarted and its last event
         self._cost = TokenUsage()  # the whole run's, its sub-workflows' usage included
+        self._wasted = TokenUsage()  # of it, what failed attempts spent (this call's)
         self._started: float | None = None
         self._waiting: dict[str, None] = {}  # questions waiting for an answer (by path), as asked
 
@@ -161,6 +162,11 @@ class ConsoleProgress:
         now = self._clock()
         run = self._follow(event, now)
         event = _escaped(event, run.path)
+        if isinstance(event, (StepRetried, StepFailed, ItemFailed)) and (
+            event.usage.total_tokens or event.usage.llm_calls
+        ):
+            self._wasted += event.usage
+            self._cost += event.usage
         if isinstance(event, (MapStarted, ItemStarted, ItemFinished, ItemFailed)):
             line = self._apply_item(event, run, now)
         elif isinstance(event, (QuestionAsked, QuestionAnswered, RunSuspended)):
@@ -365,9 +371,11 @@ class ConsoleProgress:
         parts.append(_duration(0.0 if self._started is None else now - self._started))
         cost = self._cost
         if cost.total_tokens or cost.llm_calls:
-            parts.append(
-                f"{_count(cost.total_tokens, 'token')} in {_count(cost.llm_calls, 'call')}"
-            )
+            spent = f"{_count(cost.total_tokens, 'token')} in {_count(cost.llm_calls, 'call')}"
+            wasted = self._wasted
+            if wasted.total_tokens or wasted.llm_calls:
+                spent += f" ({wasted.total_tokens:,} wasted by failed attempts)"
+            parts.append(spent)
         return ", ".join(parts)
 
     # --- writing --------------------------------------------------------------------------

@@ -1004,7 +1004,7 @@ FIXED = WorkflowCheckpoint(
 
 INSPECT_TEXT = """\
 file        run.json
-format      version 3
+format      version 4
 run_id      run-1
 seq         2
 created_at  2025-01-02T03:04:05+00:00
@@ -1047,7 +1047,7 @@ def test_inspect_json(cli: Callable[..., Outcome], tmp_path: Path) -> None:
     assert (outcome.code, outcome.err) == (0, "")
     assert json.loads(outcome.out) == {
         "file": "run.json",
-        "version": 3,
+        "version": 4,
         "run_id": "run-1",
         "seq": 2,
         "created_at": "2025-01-02T03:04:05+00:00",

@@ -53,6 +53,8 @@ HOW_TO_PAGES = (
     "docs/how-to/fan-out.md",
     "docs/how-to/wait-for-a-person.md",
     "docs/how-to/compose-workflows.md",
+    "docs/how-to/trace-runs.md",
+    "docs/how-to/count-what-you-pay.md",
 )
 OWNED_PAGES = (
     "docs/index.md",

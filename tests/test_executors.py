@@ -59,6 +59,14 @@ def step_name_or_error(ctx: Mapping[str, Any]) -> str:
         return str(exc)
 
 
+def saves_progress_or_error(ctx: Mapping[str, Any]) -> str:
+    try:
+        current_step().save_progress({"done": 1})
+    except RuntimeError as exc:
+        return str(exc)
+    return "saved"
+
+
 def on_a_dask_worker(ctx: Mapping[str, Any]) -> dict[str, Any]:
     import distributed  # noqa: PLC0415 - only the cluster tests need it
 
@@ -306,15 +314,25 @@ async def test_a_step_in_another_process_can_report_token_usage(
     assert result.cost == TokenUsage(7, 3, 1)
 
 
-async def test_current_step_is_not_available_in_another_process(
+async def test_current_step_names_the_step_in_another_process(
     process_pool: ProcessPoolExecutor,
 ) -> None:
+    """There it knows its name and attempt, and collects usage to send back (issue 21)."""
     result = await Workflow([Step("where", step_name_or_error)]).run(
         run_id=RUN, executor=process_pool
     )
-    assert result.outputs["where"] == (
-        "executionkit.current_step() was called outside a running step; call it from "
-        "inside a step's run function"
+    assert result.outputs["where"] == "where"
+
+
+async def test_save_progress_in_another_process_says_what_to_use_instead(
+    process_pool: ProcessPoolExecutor,
+) -> None:
+    result = await Workflow([Step("saves", saves_progress_or_error)]).run(
+        run_id=RUN, executor=process_pool
+    )
+    assert result.outputs["saves"] == (
+        "step 'saves': save_progress() is not available in a process or cluster executor; "
+        "use a thread executor or an async step to save progress"
     )
 
 

@@ -27,7 +27,9 @@ def _version_of(path: Path) -> int:
 def test_every_format_version_has_fixtures() -> None:
     """Fixtures exist for format 0 (ExecutionKit 0.4) up to the current one."""
     assert {_version_of(path) for path in CASES} == set(range(FORMAT_VERSION + 1))
-    assert all(len(list((FIXTURES / f"v{v}").glob("*.json"))) >= 3 for v in range(4))
+    assert all(
+        len(list((FIXTURES / f"v{v}").glob("*.json"))) >= 3 for v in range(FORMAT_VERSION + 1)
+    )
 
 
 @pytest.mark.parametrize("path", CASES, ids=lambda p: f"{p.parent.name}/{p.name}")

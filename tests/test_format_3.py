@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from executionkit import CheckpointFormatError, TokenUsage, WorkflowCheckpoint
+from executionkit._checkpoint import FORMAT_VERSION
 from executionkit.stores import JsonFileStore, JsonLinesStore, PostgresStore, SQLiteStore
 
 if TYPE_CHECKING:
@@ -117,6 +118,7 @@ def test_the_constructor_takes_them_as_the_checkpoint_keeps_them() -> None:
         step_index=1,
         outputs={"classify": "long"},
         cost=TokenUsage(20, 8, 4),
+        version=3,
         run_id="parent",
         seq=7,
         context_keys=("document",),
@@ -227,8 +229,8 @@ BAD = [
         ("children.per_doc.items.doc-1.version", 9),
         (
             "checkpoint field 'children.per_doc.items.doc-1' is not a valid checkpoint: "
-            "checkpoint format version 9 is newer than this executionkit reads (up to 3); "
-            "upgrade executionkit to load it"
+            "checkpoint format version 9 is newer than this executionkit reads "
+            f"(up to {FORMAT_VERSION}); upgrade executionkit to load it"
         ),
         "children.per_doc.items.doc-1.version",
     ),
@@ -325,7 +327,7 @@ def test_a_run_writes_version_3_with_the_new_keys_empty() -> None:
     saved: list[WorkflowCheckpoint] = []
     Workflow([Step("a", lambda ctx: 1)]).run_sync(checkpoint_fn=saved.append)
     data = saved[-1].to_dict()
-    assert data["version"] == 3
+    assert data["version"] == FORMAT_VERSION  # 3 when written; the current format since
     assert [data[key] for key in ("skipped", "items", "pending", "children")] == [{}] * 4
     assert WorkflowCheckpoint.from_dict(json.loads(json.dumps(data))) == saved[-1]
 
@@ -333,8 +335,20 @@ def test_a_run_writes_version_3_with_the_new_keys_empty() -> None:
 # --- every bundled store carries the new fields whole -----------------------------------
 
 
-def _stored_and_loaded(store: Any) -> WorkflowCheckpoint:
-    checkpoint = WorkflowCheckpoint.from_dict(full())
+def current(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` in the current format, its later keys empty: what a JSON Lines store holds.
+
+    A JSON Lines store keeps checkpoints of the current format only (what a run
+    writes), so it carries the format 3 fields as a current checkpoint does.
+    """
+    return {**data, "version": FORMAT_VERSION, **LATER_EMPTY}
+
+
+LATER_EMPTY: dict[str, Any] = {"ledger": [], "in_flight": [], "trace": None, "lineage": {}}
+
+
+def _stored_and_loaded(store: Any, data: dict[str, Any]) -> WorkflowCheckpoint:
+    checkpoint = WorkflowCheckpoint.from_dict(data)
     store(checkpoint)
     loaded = store.load() if not hasattr(store, "run_ids") else store.load("parent")
     assert isinstance(loaded, WorkflowCheckpoint)
@@ -350,20 +364,21 @@ def test_file_stores_keep_every_new_field(tmp_path: Path, kind: str) -> None:
         store = JsonLinesStore(tmp_path / "cp.jsonl")
     else:
         store = SQLiteStore(tmp_path / "cp.db")
-    loaded = _stored_and_loaded(store)
-    assert loaded.to_dict() == full()
+    data = current(full()) if kind == "json-lines" else full()
+    loaded = _stored_and_loaded(store, data)
+    assert loaded.to_dict() == data
     if kind == "json-lines":
         # And read back by a fresh store from the file alone.
         again = JsonLinesStore(tmp_path / "cp.jsonl").load()
         assert again is not None
-        assert again.to_dict() == full()
+        assert again.to_dict() == data
 
 
 def test_json_lines_drops_the_new_fields_when_they_empty(tmp_path: Path) -> None:
     store = JsonLinesStore(tmp_path / "cp.jsonl")
-    first = WorkflowCheckpoint.from_dict(full())
+    first = WorkflowCheckpoint.from_dict(current(full()))
     store(first)
-    data = full()
+    data = current(full())
     data["seq"] = 8
     for key in ("skipped", "items", "pending", "children"):
         data[key] = {}
@@ -377,7 +392,7 @@ def test_json_lines_drops_the_new_fields_when_they_empty(tmp_path: Path) -> None
 def test_postgres_store_keeps_every_new_field(pg_uri: str) -> None:
     store = PostgresStore(pg_uri)
     try:
-        loaded = _stored_and_loaded(store)
+        loaded = _stored_and_loaded(store, full())
         assert loaded.to_dict() == full()
     finally:
         store.close()

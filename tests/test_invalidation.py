@@ -722,7 +722,18 @@ def old_format(checkpoint: WorkflowCheckpoint, version: int) -> WorkflowCheckpoi
     if version == 0:
         data = {key: data[key] for key in ("step_index", "outputs", "cost")}
     else:
-        for key in ("progress", "step_info", "skipped", "items", "pending", "children"):
+        for key in (
+            "progress",
+            "step_info",
+            "skipped",
+            "items",
+            "pending",
+            "children",
+            "ledger",
+            "in_flight",
+            "trace",
+            "lineage",
+        ):
             del data[key]
         data["version"] = 1
     loaded = WorkflowCheckpoint.from_dict(json.loads(json.dumps(data)))

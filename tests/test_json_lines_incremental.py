@@ -190,6 +190,12 @@ def test_bytes_appended_per_checkpoint_are_its_new_outputs_plus_a_bounded_header
         before = store.path.stat().st_size if store.path.exists() else 0
         store(checkpoint)
         new = sum(len(json.dumps(checkpoint.outputs[name])) for name in checkpoint.new_outputs)
+        # Each ledger row is written once too, in the line of the checkpoint that added it,
+        # and the attempts running when it was taken (the next step's): format 4 data.
+        rows = [row.to_list() for row in checkpoint.new_ledger]
+        new += len(json.dumps(rows, separators=(",", ":"))) if rows else 0
+        running = [list(attempt) for attempt in checkpoint.in_flight]
+        new += len(json.dumps(running, separators=(",", ":"))) if running else 0
         sizes.append((store.path.stat().st_size - before, new))
 
     result = chain(2000, size=1000).run_sync(checkpoint_fn=save, run_id="r")

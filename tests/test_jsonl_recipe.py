@@ -84,16 +84,30 @@ def test_the_lines_hold_only_new_outputs_in_the_documented_format(tmp_path: Path
             Step("b", lambda ctx: ["B"], depends_on=("a",)),
         ]
     )
-    workflow.run_sync({"doc": "secret"}, checkpoint_fn=store, run_id="r", metadata={"k": 1})
+    kept: list[WorkflowCheckpoint] = []
+    workflow.run_sync(
+        {"doc": "secret"}, checkpoint_fn=both(store, kept), run_id="r", metadata={"k": 1}
+    )
     first, second = lines(store.path)
+    # The attempts running when a checkpoint was taken ("f", format 4), if any: b may
+    # have started before the checkpoint of a was taken.
+    running = [{"f": [list(a) for a in c.in_flight]} if c.in_flight else {} for c in kept]
     assert first == {
         "s": 1,
         "n": {"a": ["A", {"v": "v2", "d": []}]},
         "c": [5, 2, 1],
         "t": first["t"],
         "run": {"run_id": "r", "context_keys": ["doc"], "metadata": {"k": 1}, "keep": ["a"]},
+        "l": [["a", None, 1, "ok", None, 5, 2, 1]],  # the ledger rows since the line before
+        **running[0],
     }
-    assert second == {"s": 2, "n": {"b": [["B"], ["a"]]}, "c": [5, 2, 1], "t": second["t"]}
+    assert second == {
+        "s": 2,
+        "n": {"b": [["B"], ["a"]]},
+        "c": [5, 2, 1],
+        "t": second["t"],
+        **running[1],
+    }
     assert "secret" not in store.path.read_text(encoding="utf-8")
 
 
@@ -384,7 +398,7 @@ def test_checkpoints_of_older_formats_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError) as caught:
         store(old)
     assert str(caught.value) == (
-        f"JsonLinesStore({str(store.path)!r}) stores checkpoints of format version 3 (what "
+        f"JsonLinesStore({str(store.path)!r}) stores checkpoints of format version 4 (what "
         f"Workflow.run writes), got version 1; resume from it and store the run's own checkpoints"
     )
     assert not store.path.exists()
@@ -407,11 +421,19 @@ def test_an_output_json_cannot_hold_names_the_step(tmp_path: Path) -> None:
 def test_bytes_written_stay_close_to_the_output_bytes(tmp_path: Path) -> None:
     """A 200-step chain of 1 KB outputs: at most 1.1x the outputs' own JSON bytes."""
     store = JsonLinesStore(tmp_path / "run.jsonl")
-    result = chain(200, size=1000).run_sync(checkpoint_fn=store)
+    kept: list[WorkflowCheckpoint] = []
+    result = chain(200, size=1000).run_sync(checkpoint_fn=both(store, kept))
     output_bytes = sum(len(json.dumps(value)) for value in result.outputs.values())
     written = store.path.stat().st_size
-    assert written <= 1.1 * output_bytes
     assert store.load() is not None
+    # Format 4 data, written once each: the ledger rows (one per step here), and in
+    # each line the attempts running when its checkpoint was taken (the next step's).
+    format_4 = sum(
+        len(json.dumps([row.to_list() for row in c.new_ledger]))
+        + len(json.dumps([list(attempt) for attempt in c.in_flight]))
+        for c in kept
+    )
+    assert written <= 1.1 * output_bytes + format_4
     full_snapshots = tmp_path / "full.json"
     total = 0
 

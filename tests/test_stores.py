@@ -424,13 +424,20 @@ def test_sqlite_creates_the_documented_tables(tmp_path: Path) -> None:
     try:
         columns = {
             table: [row[1] for row in connection.execute(f"PRAGMA table_info({table})")]
-            for table in (*tables, "executionkit_outputs", "executionkit_items")
+            for table in (
+                *tables,
+                "executionkit_outputs",
+                "executionkit_items",
+                "executionkit_ledger",
+            )
         }
         runs = connection.execute("SELECT run_id, seq, written, next_ord FROM executionkit_runs")
-        assert runs.fetchall() == [("r", 1, 1, 1)]
-        assert connection.execute("SELECT version FROM executionkit_schema").fetchall() == [(2,)]
+        assert runs.fetchall() == [("r", 1, 1, 2)]  # an output row and a ledger row
+        assert connection.execute("SELECT version FROM executionkit_schema").fetchall() == [(3,)]
         rows = connection.execute("SELECT ord, name, added, dropped FROM executionkit_outputs")
         assert rows.fetchall() == [(0, "s0", 1, None)]
+        ledger = connection.execute("SELECT * FROM executionkit_ledger")
+        assert ledger.fetchall() == [("r", 1, 1, None, "s0", None, 1, "ok", None, 0, 1, 1)]
         mode = connection.execute("PRAGMA journal_mode").fetchone()
     finally:
         connection.close()
@@ -441,6 +448,20 @@ def test_sqlite_creates_the_documented_tables(tmp_path: Path) -> None:
         "executionkit_headers": ["run_id", "seq", "created_at", "header"],
         "executionkit_outputs": ["run_id", "ord", "name", "added", "dropped", "value"],
         "executionkit_items": ["run_id", "ord", "step", "item", "added", "dropped", "value"],
+        "executionkit_ledger": [
+            "run_id",
+            "ord",
+            "added",
+            "dropped",
+            "step",
+            "item",
+            "attempt",
+            "outcome",
+            "model",
+            "input_tokens",
+            "output_tokens",
+            "llm_calls",
+        ],
     }
 
 

@@ -25,7 +25,13 @@ from executionkit.conformance._names import (
     StoreFactory,
 )
 from executionkit.conformance._report import describe, find_difference, preview
-from executionkit.conformance._samples import LAST_SEQ, Counted, Samples
+from executionkit.conformance._samples import (
+    CHAIN_LENGTH,
+    LAST_SEQ,
+    Counted,
+    CountedRows,
+    Samples,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -155,6 +161,14 @@ class Kit:
                 samples.waiting[-1],
             ),
             ("a checkpoint with sub-workflow checkpoints in children", samples.children),
+            (
+                (
+                    "a checkpoint with a cost ledger (failed, timed-out, cancelled, unknown and "
+                    "late attempts, models, a sub-workflow's rows), attempts in flight, a trace "
+                    "and a lineage"
+                ),
+                samples.spending[-2],
+            ),
         )
         for label, checkpoint in cases:
             save, load = self.fresh(ROUND_TRIP)
@@ -165,6 +179,9 @@ class Kit:
     async def latest_wins(self) -> None:
         save, load = self.fresh(LATEST_WINS)
         await self.save_all(LATEST_WINS, save, load, self.samples.run, "a run")
+        save, load = self.fresh(LATEST_WINS)
+        what = "a run whose cost ledger grows (with attempts in flight, a trace, a lineage)"
+        await self.save_all(LATEST_WINS, save, load, self.samples.spending, what)
 
     async def stale_writer(self) -> None:
         name = STALE_WRITER
@@ -240,8 +257,10 @@ class Kit:
         chain = self.samples.chain
         save, load = self.fresh(name)
         total = worst = worst_seq = 0
+        rows = rows_worst = rows_worst_seq = 0
         for checkpoint in chain:
-            Counted.touched = 0
+            new_rows = len(checkpoint.new_ledger)  # read before counting: the store may too
+            Counted.touched = CountedRows.touched = 0
             await self.save(name, save, checkpoint, f"saving seq {checkpoint.seq} of a chain")
             touched = Counted.touched
             # The new outputs are written now: the store may look at each of them once.
@@ -249,13 +268,25 @@ class Kit:
             total += touched
             if touched > worst:
                 worst, worst_seq = touched, checkpoint.seq
-        when = f"after saving the {len(chain)} checkpoints of a {len(chain)}-step chain"
+            # So are its new ledger rows (a failed attempt's too): the rows before are not.
+            read = max(0, CountedRows.touched - new_rows)
+            rows += read
+            if read > rows_worst:
+                rows_worst, rows_worst_seq = read, checkpoint.seq
+        when = f"after saving the {len(chain)} checkpoints of a {CHAIN_LENGTH}-step chain"
         await self.expect(name, load, chain[-1], when)
         if total > len(chain):
             msg = (
                 f"{when}, the store serialised, compared or copied outputs of earlier "
                 f"checkpoints {total} times (at most {worst}, at seq {worst_seq}), expected at "
                 f"most {len(chain)}: each checkpoint should write only its new_outputs"
+            )
+            raise StoreConformanceError(name, msg)
+        if rows > len(chain):
+            msg = (
+                f"{when}, the store read the ledger rows of earlier checkpoints {rows} times "
+                f"(at most {rows_worst}, at seq {rows_worst_seq}), expected at most "
+                f"{len(chain)}: each checkpoint should write only its new_ledger"
             )
             raise StoreConformanceError(name, msg)
 

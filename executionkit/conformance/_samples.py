@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,45 @@ from executionkit.conformance._names import RUN_ID
 
 _CONTEXT = {"document": "never stored: only this key's name is"}
 _METADATA = {"job": "conformance", "labels": ["kit", "ünïcode"]}
+TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+LINEAGE = {
+    "parent_run_id": f"{RUN_ID}-parent",
+    "parent_seq": 12,
+    "overridden": ["b", "research/draft"],
+    "rerun": ["c"],
+    "note": "fixed the summary by hand ✓",
+}
+# The cost ledger of `Samples.spending`, by checkpoint: the rows each one adds (format 4
+# rows: step path, item key, attempt, outcome, model, input, output and calls), and the
+# attempts running when it was taken.
+_SPENT: tuple[tuple[list[list[Any]], list[list[Any]]], ...] = (
+    (
+        [
+            ["a", None, 1, "failed", "gpt-4o-mini", 100, 0, 1],
+            ["a", None, 2, "ok", "gpt-4o-mini", 120, 30, 1],
+        ],
+        [["b", None, 1], ["research/draft", "0", 1]],
+    ),
+    (
+        [
+            ["b", None, 1, "timeout", "claude-3-haiku", 200, 10, 1],
+            ["b", None, 2, "ok", None, 200, 50, 1],
+            ["research/draft", "0", 1, "unknown", None, 0, 0, 0],
+            ["research/draft", "0", 2, "ok", "gpt-4o", 50, 25, 1],
+            ["research/draft", "0", 2, "ok", "ünïcode-model ✓", 5, 1, 1],
+        ],
+        [],
+    ),
+    (
+        [
+            ["d", None, 1, "cancelled", "gpt-4o", 30, 0, 1],
+            ["d", None, 2, "ok", "gpt-4o", 300, 80, 2],
+            ["research/draft", "1", 1, "late", "gpt-4o", 7, 0, 1],
+        ],
+        [["e", None, 1]],
+    ),
+    ([], [["e", None, 2], ["research/draft", "2", 3]]),
+)
 
 
 def _workflow(*, variant: str = "", fail: bool = False) -> Workflow:
@@ -107,6 +147,32 @@ def _with_children(
     return WorkflowCheckpoint.from_dict(data)
 
 
+def _spending(run: tuple[WorkflowCheckpoint, ...]) -> tuple[WorkflowCheckpoint, ...]:
+    """``run`` with a cost ledger with waste, attempts in flight, a trace and a lineage.
+
+    Built by hand, so that every outcome, a model, a sub-workflow's path and an
+    item key appear whatever the workflows spend: each checkpoint keeps the
+    run's ``new_outputs`` and ``new_items`` and names its new ledger rows in
+    ``new_ledger``, as a run's checkpoint does.
+    """
+    built = []
+    rows: list[list[Any]] = []
+    for checkpoint, (new, in_flight) in zip(run, _SPENT, strict=True):
+        rows = [*rows, *new]
+        data = checkpoint.to_dict()
+        data.update(ledger=rows, in_flight=in_flight, trace=TRACE, lineage=LINEAGE)
+        read = WorkflowCheckpoint.from_dict(data)
+        built.append(
+            dataclasses.replace(
+                read,
+                new_outputs=checkpoint.new_outputs,
+                new_items=checkpoint.new_items,
+                new_ledger=read.ledger[len(read.ledger) - len(new) :],
+            )
+        )
+    return tuple(built)
+
+
 async def _run(
     workflow: Workflow, resume_from: WorkflowCheckpoint | None = None, **options: Any
 ) -> tuple[WorkflowCheckpoint, ...]:
@@ -123,7 +189,10 @@ async def _run(
     return tuple(taken)
 
 
-@dataclass(frozen=True)
+# No repr: asyncio.run may show the task that built the samples (Python 3.11 formats its
+# SIGINT handler, which names the task, with %r), and a repr would compute every field
+# of every checkpoint a run took.
+@dataclass(frozen=True, repr=False)
 class Samples:
     run: tuple[WorkflowCheckpoint, ...]  # seq 1-4 of a run that finishes
     sibling: WorkflowCheckpoint  # another worker's seq 3, resumed from run[1]
@@ -135,6 +204,7 @@ class Samples:
     answered: tuple[WorkflowCheckpoint, ...]  # resumed from waiting[-1] with the answer
     children: WorkflowCheckpoint  # waiting[-1] with sub-workflow checkpoints in ``children``
     chain: tuple[WorkflowCheckpoint, ...]  # a long chain of Counted outputs (incremental)
+    spending: tuple[WorkflowCheckpoint, ...]  # run, with a ledger, in_flight, trace, lineage
     workers: tuple[tuple[WorkflowCheckpoint, ...], ...]  # each writer's seq 1-4 (writers)
 
     @classmethod
@@ -153,6 +223,7 @@ class Samples:
         )
         children = _with_children(waiting[-1], research[-1])
         chain = await _run(_chain(CHAIN_LENGTH)) if incremental else ()
+        count_ledger_rows(chain)
         workers = [run]
         for number in range(1, writers):
             fork = await _run(_workflow(variant=f" (worker {number})"), run[1])
@@ -168,11 +239,13 @@ class Samples:
             answered,
             children,
             chain,
+            _spending(run),
             tuple(workers[:writers]),
         )
 
 
 CHAIN_LENGTH = 60
+_FAIL_EVERY, _FAIL_AT = 7, 3  # the chain's steps 3, 10, 17... fail once (wasted usage)
 LAST_SEQ = 4  # every writer of the concurrency check saves seq 1 to 4
 
 
@@ -215,11 +288,58 @@ class Counted(dict[str, Any]):
         return (dict, (dict(super().items()),))
 
 
+class CountedRows(list[Any]):
+    """A run's ledger rows that count how many a store reads, other than by holding them.
+
+    A checkpoint a run took reads its ``ledger`` and ``new_ledger`` as slices of
+    the run's rows (see ``executionkit._checkpoint``), so each slice counts the
+    rows it copies: reading ``ledger`` copies them all, ``new_ledger`` the new ones.
+    """
+
+    touched = 0  # reset and read by the kit around each save, as Counted.touched
+
+    def __getitem__(self, index: Any) -> Any:
+        found = super().__getitem__(index)
+        CountedRows.touched += len(found) if isinstance(index, slice) else 1
+        return found
+
+    def __iter__(self) -> Any:
+        CountedRows.touched += len(self)
+        return super().__iter__()
+
+
+def count_ledger_rows(chain: tuple[WorkflowCheckpoint, ...]) -> None:
+    """Make the checkpoints of ``chain`` read their ledger rows from a `CountedRows`.
+
+    Their ``ledger`` and ``new_ledger`` are computed again, from it, when first
+    read (anything that showed a checkpoint, such as its ``repr``, computed them).
+    """
+    shared = vars(chain[0]).get("_shared") if chain else None  # the run's SharedFields
+    rows = getattr(shared, "ledger", None)
+    if not isinstance(rows, list):
+        return
+    shared.ledger = CountedRows(rows)  # type: ignore[union-attr]
+    for checkpoint in chain:
+        fields = vars(checkpoint)
+        if fields.get("_shared") is shared and "_rows" in fields and "_rows_since" in fields:
+            fields.pop("ledger", None)
+            fields.pop("new_ledger", None)
+
+
 def _chain(length: int) -> Workflow:
+    """Each step reports usage with a model; every seventh fails once (wasted), then succeeds."""
+    failed: set[int] = set()
+
     def make(number: int) -> Step:
         def run(_ctx: Any) -> Counted:
+            current_step().add_usage(TokenUsage(10 + number, 2, 1), model="gpt-4o-mini")
+            if number % _FAIL_EVERY == _FAIL_AT and number not in failed:
+                failed.add(number)
+                msg = f"step {number} failed once"
+                raise RuntimeError(msg)
             return Counted(step=number, text=f"output {number} of the chain")
 
-        return Step(f"s{number}", run, depends_on=(f"s{number - 1}",) if number else ())
+        depends_on = (f"s{number - 1}",) if number else ()
+        return Step(f"s{number}", run, depends_on=depends_on, retries=1, retry_delay=0)
 
     return Workflow([make(number) for number in range(length)])

@@ -9,7 +9,10 @@ from executionkit._errors import StaleCheckpointError
 from executionkit.stores._unstorable import unstorable
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._ledger import LedgerEntry
 
 
 def dumps(data: object) -> str:
@@ -56,3 +59,47 @@ def same_json(first: str | bytes, second: str | bytes) -> bool:
 
 def stale(store: str, checkpoint: WorkflowCheckpoint, stored_seq: int) -> StaleCheckpointError:
     return StaleCheckpointError(store, checkpoint.run_id, checkpoint.seq, stored_seq)
+
+
+def ledger_length(checkpoint: WorkflowCheckpoint) -> int:
+    """How many rows ``checkpoint.ledger`` holds, in O(1) for a checkpoint a run took.
+
+    Reading ``ledger`` of such a checkpoint copies the run's rows; its ``_rows``
+    (see ``executionkit._checkpoint.SharedFields``) counts them without that.
+    """
+    fields = vars(checkpoint)
+    if "ledger" not in fields and type(fields.get("_rows")) is int:
+        rows: int = fields["_rows"]
+        return rows
+    return len(checkpoint.ledger)
+
+
+def next_ledger_rows(
+    checkpoint: WorkflowCheckpoint, previous: WorkflowCheckpoint | None, held: int
+) -> tuple[LedgerEntry, ...] | None:
+    """The rows to append to a stored ledger of ``held`` rows, if known in O(new rows).
+
+    Known when ``checkpoint`` and ``previous`` (the stored checkpoint, whose
+    ledger holds those ``held`` rows) were taken by the same run, and
+    ``checkpoint.new_ledger`` starts right after them: the run's ledger only
+    ever grows, so the stored rows are its first ``held`` ones. None otherwise
+    (compare row by row, `ledger_prefix`). ``previous`` None means the caller
+    checked the run itself.
+    """
+    fields = vars(checkpoint)
+    shared = fields.get("_shared")
+    if shared is None or (previous is not None and vars(previous).get("_shared") is not shared):
+        return None
+    if fields.get("_rows_since") != held:
+        return None
+    return checkpoint.new_ledger
+
+
+def ledger_prefix(held: Sequence[object], wanted: Sequence[LedgerEntry]) -> int:
+    """How many rows ``held`` and ``wanted`` have in common from the start (the slow path)."""
+    kept = 0
+    for stored, row in zip(held, wanted, strict=False):
+        if stored != row:
+            break
+        kept += 1
+    return kept

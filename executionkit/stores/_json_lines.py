@@ -13,9 +13,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from executionkit._checkpoint import FORMAT_VERSION, WorkflowCheckpoint
+from executionkit._checkpoint_v4 import lineage_dict
 from executionkit._errors import CheckpointFormatError, CheckpointValueError
 from executionkit.stores._claims import claimed, lock_owner
-from executionkit.stores._common import dumps, encode, loads, same_json, stale
+from executionkit.stores._common import (
+    dumps,
+    encode,
+    ledger_length,
+    ledger_prefix,
+    loads,
+    next_ledger_rows,
+    same_json,
+    stale,
+)
 from executionkit.stores._files import (
     WRITE_FLAGS,
     FileId,
@@ -41,6 +51,9 @@ from executionkit.stores._lines_items import item_differences, new_item_entries,
 from executionkit.stores._unstorable import unstorable
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from executionkit._ledger import LedgerEntry
     from executionkit._ownership import RunOwner
 
 
@@ -74,13 +87,22 @@ class JsonLinesStore:
     is the list of its dependencies, or ``{"v": version, "d": dependencies}``
     for a versioned step; ``c`` is the token usage ``[input, output, calls]``
     and ``t`` the time; ``errors``, ``progress`` and ``progress_info`` appear
-    when there are any, and ``x`` holds any other key of
-    `WorkflowCheckpoint.to_dict` (none in format 2: later formats add some).
-    A line that starts a run, or changes what the file holds otherwise (a
-    resumed run dropped outputs or reordered them, or passed new metadata or
-    context keys), also holds ``run``: the ``run_id``, ``context_keys``,
-    ``metadata`` and ``keep``, every output name the checkpoint records, in
-    order.
+    when there are any; ``i`` holds the items of unfinished maps recorded
+    since the line before; ``l`` the cost ledger's rows written since the line
+    before (``ledger`` rows of `WorkflowCheckpoint.to_dict`, each written once),
+    with ``lk``, the number of rows the file held that still count, only when
+    the checkpoint does not extend them; ``f`` the attempts in flight when the
+    checkpoint was taken (``in_flight``), when there are any, or instead
+    ``fd``, ``[ended, started]``: those of the line before that ended and those
+    started since (when that is shorter); and ``x`` holds
+    any other key of `WorkflowCheckpoint.to_dict` when not empty
+    (``skipped``, ``pending``, ``children``). A line that starts a run, or changes what
+    the file holds otherwise (a resumed run dropped outputs or reordered them,
+    or passed new metadata or context keys), also holds ``run``: the
+    ``run_id``, ``context_keys``, ``metadata``, the run's ``trace`` and
+    ``lineage`` (when it has them) and ``keep``, every output name the
+    checkpoint records, in order. A ``run`` of another ``run_id`` starts the
+    ledger over.
 
     `load` reads the file once and folds the lines in order, rebuilding the
     latest checkpoint exactly (``to_dict()`` equal, output order included). A
@@ -383,10 +405,7 @@ class JsonLinesStore:
                 name: [checkpoint.outputs[name], pack_info(checkpoint.step_info.get(name))]
                 for name in checkpoint.new_outputs
             }
-            restart = (
-                previous.context_keys != checkpoint.context_keys
-                or previous.metadata != checkpoint.metadata
-            )
+            restart = not same_run_fields(previous, checkpoint)
         else:
             new, restart = _differences(checkpoint, previous)
             after = log_prefix(checkpoint)
@@ -403,6 +422,10 @@ class JsonLinesStore:
                 "metadata": dict(checkpoint.metadata),
                 "keep": list(checkpoint.outputs),
             }
+            if checkpoint.trace is not None:
+                line["run"]["trace"] = checkpoint.trace
+            if checkpoint.lineage:
+                line["run"]["lineage"] = lineage_dict(checkpoint.lineage)
         if checkpoint.errors:
             line["errors"] = dict(checkpoint.errors)
         if checkpoint.progress:
@@ -413,14 +436,7 @@ class JsonLinesStore:
             line["progress_info"] = {
                 name: pack_info(checkpoint.step_info[name]) for name in others
             }
-        if checkpoint.items:
-            if next_items(checkpoint, previous):  # only what is new: O(new items)
-                line["i"] = new_item_entries(checkpoint)
-            else:
-                line["i"] = item_differences(checkpoint, previous)
-        extra = extra_fields(checkpoint)
-        if extra:
-            line["x"] = extra
+        _add_later_keys(line, checkpoint, previous)
         return line, after
 
     def _append(
@@ -560,10 +576,86 @@ def _differences(
     rebuilt = [*held, *(name for name in new if name not in held)]
     restart = (
         rebuilt != list(checkpoint.outputs)  # outputs dropped, or in another order
-        or previous.context_keys != checkpoint.context_keys
-        or previous.metadata != checkpoint.metadata
+        or not same_run_fields(previous, checkpoint)
     )
     return new, restart
+
+
+def same_run_fields(previous: WorkflowCheckpoint, checkpoint: WorkflowCheckpoint) -> bool:
+    """Whether the fields a line's ``run`` holds (besides ``keep``) are unchanged: O(1)."""
+    return (
+        previous.context_keys == checkpoint.context_keys
+        and previous.metadata == checkpoint.metadata
+        and previous.trace == checkpoint.trace
+        and lineage_dict(previous.lineage) == lineage_dict(checkpoint.lineage)
+    )
+
+
+def _add_later_keys(
+    line: dict[str, Any], checkpoint: WorkflowCheckpoint, previous: WorkflowCheckpoint | None
+) -> None:
+    """Add what formats 3 and 4 added to ``line``: ``i``, ``lk``, ``l``, ``f`` and ``x``."""
+    if checkpoint.items:
+        if next_items(checkpoint, previous):  # only what is new: O(new items)
+            line["i"] = new_item_entries(checkpoint)
+        else:
+            line["i"] = item_differences(checkpoint, previous)
+    rows, keep = _ledger_rows(checkpoint, previous)
+    if keep is not None:
+        line["lk"] = keep
+    if rows:
+        line["l"] = [row.to_list() for row in rows]
+    line.update(_in_flight(checkpoint, previous))
+    extra = extra_fields(checkpoint)
+    if extra:
+        line["x"] = extra
+
+
+def _in_flight(
+    checkpoint: WorkflowCheckpoint, previous: WorkflowCheckpoint | None
+) -> dict[str, list[Any]]:
+    """The attempts in flight: ``f``, all of them, or ``fd``, what changed since ``previous``.
+
+    ``fd`` is ``[ended, started]``: the attempts of the line before that ended,
+    and those started since, which come after the others (a run lists them in
+    the order they started). Written when shorter, so that a line of a wide map
+    does not list every item still running, again and again. Nothing: none.
+    """
+    running = checkpoint.in_flight
+    held = () if previous is None else previous.in_flight
+    if not held or not running:
+        return {"f": [list(attempt) for attempt in running]} if running else {}
+    now = set(running)
+    ended = [attempt for attempt in held if attempt not in now]
+    kept = len(held) - len(ended)
+    started = running[kept:]
+    if (
+        len(ended) + len(started) < len(running)
+        and running[:kept] == tuple(attempt for attempt in held if attempt in now)
+        and not set(started) & set(held)
+    ):
+        return {"fd": [[list(a) for a in ended], [list(a) for a in started]]}
+    return {"f": [list(attempt) for attempt in running]}
+
+
+def _ledger_rows(
+    checkpoint: WorkflowCheckpoint, previous: WorkflowCheckpoint | None
+) -> tuple[Sequence[LedgerEntry], int | None]:
+    """The ledger rows a line appends (``l``), and how many held rows it keeps (``lk``).
+
+    The run's next checkpoint appends its ``new_ledger``: O(new rows). Any other
+    is compared row by row with what the file holds (``previous``, of the same
+    run, or nothing: a line starting another run starts the ledger over), and
+    ``lk`` is written only when the file holds rows the checkpoint does not.
+    """
+    if previous is None:
+        return checkpoint.ledger, None
+    rows = next_ledger_rows(checkpoint, previous, ledger_length(previous))
+    if rows is not None:
+        return rows, None
+    held, wanted = previous.ledger, checkpoint.ledger
+    kept = ledger_prefix(held, wanted)
+    return wanted[kept:], (kept if kept < len(held) else None)
 
 
 def _unchanged(held: object, value: object) -> bool:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from executionkit._checkpoint import FORMAT_VERSION, WorkflowCheckpoint, trusted_checkpoint
 from executionkit._checkpoint_fields import KEYS_BY_VERSION
 from executionkit._errors import CheckpointFormatError
+from executionkit._types import TokenUsage
 from executionkit.stores._common import TOO_DEEP
 from executionkit.stores._history import CheckpointInfo
 from executionkit.stores._lines_items import fold_items, legacy_items
@@ -19,14 +20,29 @@ if TYPE_CHECKING:
 COST = ("input_tokens", "output_tokens", "llm_calls")
 
 # The keys of `WorkflowCheckpoint.to_dict` a line writes in its own compact way: those
-# of format 2, and "items" (under "i", see _lines_items); any other key (those a later
-# format adds) is carried as it is under "x".
-_WRITTEN = KEYS_BY_VERSION[2] | {"items"}
+# of format 2, "items" (under "i", see _lines_items), "ledger" (its new rows under "l"),
+# "in_flight" (under "f") and the run's "trace" and "lineage" (in "run", like its
+# metadata); any other key (those a later format adds) is carried as it is under "x".
+_WRITTEN = KEYS_BY_VERSION[2] | {"items", "ledger", "in_flight", "trace", "lineage"}
 _FIELDS = tuple(field.name for field in dataclasses.fields(WorkflowCheckpoint))
-_LARGE = ("outputs", "step_info", "items", "new_items")
+# What a copy of a checkpoint without its large fields holds instead (see extra_fields).
+_LIGHT: dict[str, Any] = {
+    "outputs": {},
+    "step_info": {},
+    "items": {},
+    "new_items": {},
+    "ledger": (),
+    "new_ledger": (),
+    "in_flight": (),
+    "trace": None,
+    "lineage": {},
+}
 # The later keys a line leaves out when empty, and the rebuild's own bookkeeping.
 _LATER = tuple(sorted(KEYS_BY_VERSION[FORMAT_VERSION] - _WRITTEN))
 _STATE_ONLY = ("extra", "unfinished")
+# Each key of the current format as an empty checkpoint writes it.
+_EMPTY = WorkflowCheckpoint(step_index=0, outputs={}, cost=TokenUsage()).to_dict()
+_ROW = "a list of ledger rows [step, item, attempt, outcome, model, input, output, calls]"
 
 
 LogPrefix = tuple[Any, int]
@@ -86,9 +102,8 @@ def extra_fields(checkpoint: WorkflowCheckpoint) -> dict[str, Any]:
     Computed from a copy without outputs, step info and items, so that it costs
     O(1) however many outputs and items the checkpoint records.
     """
-    fields = {name: getattr(checkpoint, name) for name in _FIELDS if name not in _LARGE}
-    empty: dict[str, Any] = {"outputs": {}, "step_info": {}, "items": {}, "new_items": {}}
-    light = trusted_checkpoint({**fields, **empty})
+    fields = {name: getattr(checkpoint, name) for name in _FIELDS if name not in _LIGHT}
+    light = trusted_checkpoint({**fields, **_LIGHT})
     # An empty field of a later format is left out: a line without it reads as empty.
     return {key: value for key, value in light.to_dict().items() if key not in _WRITTEN and value}
 
@@ -158,6 +173,7 @@ class Rebuild:
 
         state = self.state
         held_items: dict[str, Any] = {} if state is None else state["items"]
+        running: list[Any] = [] if state is None else state["in_flight"]
         run = line.get("run")
         if state is None or run is not None:
             state = self._start(run, number, new, state)
@@ -190,7 +206,38 @@ class Rebuild:
         else:
             state["items"] = {}  # a map the line does not name has no items
         state["extra"] = extra
+        state["ledger"] = self._ledger(line, state["ledger"], number)
+        state["in_flight"] = self._in_flight(line, running, number)
         self.state = state
+
+    def _in_flight(self, line: dict[str, Any], held: list[Any], number: int) -> Any:
+        """The attempts in flight after the line: ``f``, or ``fd`` applied to ``held``, or none."""
+        if "fd" not in line:
+            return line.get("f", [])  # from_dict names what is wrong with it
+        change = line["fd"]
+        if not (
+            isinstance(change, list)
+            and len(change) == 2  # noqa: PLR2004 - [ended, started]
+            and all(isinstance(part, list) for part in change)
+            and isinstance(held, list)
+        ):
+            raise self.bad(number, "'fd' must be [ended, started], two lists of attempts")
+        ended, started = change
+        return [attempt for attempt in held if attempt not in ended] + started
+
+    def _ledger(self, line: dict[str, Any], ledger: list[Any], number: int) -> list[Any]:
+        """The ledger rows after the line: the first ``lk`` held (all without it), then ``l``."""
+        keep = line.get("lk")
+        if keep is not None:
+            if type(keep) is not int or not 0 <= keep <= len(ledger):
+                detail = f"'lk' must count ledger rows the lines before hold (0 to {len(ledger)})"
+                raise self.bad(number, detail)
+            del ledger[keep:]
+        rows = line.get("l", [])
+        if not isinstance(rows, list) or not all(isinstance(row, list) for row in rows):
+            raise self.bad(number, f"'l' must be {_ROW}")
+        ledger += rows
+        return ledger
 
     def _check(
         self, line: object, number: int
@@ -255,11 +302,17 @@ class Rebuild:
                 raise self.bad(number, f"'run.keep' names {name!r}, which no line recorded")
         for name, entry in new.items():
             outputs.setdefault(name, entry[0])
+        run_id = run.get("run_id")
+        # The ledger is the run's: a line starting another run starts it over.
+        same_run = old is not None and old["run_id"] == run_id
         return {
             "version": FORMAT_VERSION,
-            "run_id": run.get("run_id"),
+            "run_id": run_id,
+            "ledger": old["ledger"] if same_run and old is not None else [],
             "context_keys": run.get("context_keys", []),
             "metadata": run.get("metadata", {}),
+            "trace": run.get("trace"),
+            "lineage": run.get("lineage", {}),
             "outputs": outputs,
             "step_info": {name: info for name, info in info_before.items() if name in outputs},
         }
@@ -278,8 +331,9 @@ class Rebuild:
         state["step_index"] = len(state["outputs"])
         data = {key: value for key, value in state.items() if key not in _STATE_ONLY}
         for key in _LATER:
-            data[key] = {}
+            data[key] = _EMPTY[key].copy()  # left out of a line when empty
         data.update(state["extra"])
+        data["ledger"] = list(state["ledger"])  # the state keeps growing: a copy
         where = f"{self.path}: the lines do not rebuild into a valid checkpoint"
         try:
             return WorkflowCheckpoint.from_dict(data)

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from executionkit.stores._history import CheckpointInfo
     from executionkit.stores._sql_schema import Rows
 
+# Serialises creating the tables: concurrent CREATE ... IF NOT EXISTS can still collide.
+_SCHEMA_LOCK = 0x6578_6B69  # "exki"
 _DIALECT = Dialect(
     schema=(
         *tables("BIGINT"),
@@ -31,9 +33,8 @@ _DIALECT = Dialect(
     # then reads the seq it committed: the stale-writer fence.
     lock_run="SELECT seq, written, next_ord FROM executionkit_runs WHERE run_id = ? FOR UPDATE",
     next_written="nextval('executionkit_written')",
+    lock_schema=f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK})",
 )
-# Serialises creating the tables: concurrent CREATE ... IF NOT EXISTS can still collide.
-_SCHEMA_LOCK = 0x6578_6B69  # "exki"
 INSTALL = "pip install 'executionkit[postgres]'"
 
 
@@ -71,7 +72,9 @@ class PostgresStore:
     serialised by the database, and the one that fell behind gets
     `StaleCheckpointError`, its transaction rolled back. The tables (and the
     sequence ``executionkit_written``) are created on first use, under an
-    advisory lock, with ``executionkit_schema`` holding their version (2).
+    advisory lock, with ``executionkit_schema`` holding their version (3; a
+    version 2 database is upgraded in place by the first write, under that
+    lock).
     Reads run in one ``REPEATABLE READ`` snapshot.
 
     A run is owned by one live process at a time (`claim`, which `Workflow.run`
@@ -345,13 +348,16 @@ class PostgresStore:
                 found = db.execute("SELECT to_regclass('executionkit_schema')").fetchone()
                 if found[0] is None:
                     return None
-                self._sql.check_version(db)
+                if write:
+                    self._sql.upgrade(db)  # schema 2 to 3, under the advisory lock
+                else:
+                    self._sql.check_version(db, reading=True)
             return work(db)
 
     def _create(self, db: _Adapter) -> None:
         if self._ready:
             return
-        db.execute("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK,))
+        db.execute(_DIALECT.lock_schema)
         self._sql.create(db)
         db.execute(_pg_claims.CREATE)  # outside the schema version: only claims use it
         self._ready = True

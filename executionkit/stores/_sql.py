@@ -9,7 +9,9 @@ the ``seq`` from which it no longer counts (``dropped``). The checkpoint at
 or before k, in the order they were written (``ord``), which is the order the
 run recorded them. A save therefore writes one header and one row per new
 output, whatever the length of the run. The items of unfinished maps are rows
-too, of their own table (see `executionkit.stores._sql_items`). A run's kept
+too, of their own table (see `executionkit.stores._sql_items`), and so are the
+rows of the cost ledger (`executionkit.stores._sql_ledger`): the header holds
+only their number, so its size does not grow with the run. A run's kept
 checkpoints are listed from the headers and the rows' seqs alone, or all
 rebuilt, in `executionkit.stores._sql_history`.
 """
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from executionkit._checkpoint import WorkflowCheckpoint, trusted_checkpoint
 from executionkit._errors import CheckpointFormatError
-from executionkit.stores._common import TOO_DEEP, dumps, loads, stale
+from executionkit.stores._common import TOO_DEEP, dumps, ledger_length, loads, stale
 from executionkit.stores._history import CheckpointInfo, CheckpointNotKeptError
 from executionkit.stores._lines_format import unfinished
 from executionkit.stores._sql_history import every_checkpoint, kept_seqs, list_checkpoints
@@ -35,6 +37,7 @@ from executionkit.stores._sql_items import (
     header_items,
     slim_header_items,
 )
+from executionkit.stores._sql_ledger import FORGET_DROPPED_LEDGER, LedgerRows
 from executionkit.stores._sql_schema import (
     ADD,
     ADD_HEADER,
@@ -60,7 +63,10 @@ from executionkit.stores._unstorable import unstorable
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+# The schema versions this store reads; a write upgrades the one before (2, without the
+# ledger table) in place.
+_READABLE = (2, 3)
 # What an older schema version lacks, for the message refusing it.
 _OLDER = {
     1: (
@@ -88,6 +94,7 @@ class Known:
     names: list[str]
     ords: dict[str, int]
     maps: dict[str, int]  # the number of live item rows of each unfinished map
+    ledger: int  # the number of live ledger rows
 
 
 def lineage(checkpoint: WorkflowCheckpoint) -> object:
@@ -112,30 +119,61 @@ class SqlCheckpoints:
         self._known: dict[str, Known] = {}
         self._lock = threading.Lock()
         self.items = ItemRows(name)
+        self.ledger = LedgerRows(name)
 
     # --- schema ---------------------------------------------------------------------
 
     def create(self, db: Database) -> None:
-        """Create the tables if missing, then check their schema version."""
+        """Create the tables if missing, then check their schema version (upgrading 2)."""
         for statement in self.dialect.schema:
             db.execute(statement)
         db.execute(SCHEMA_ROW, (SCHEMA_VERSION,))
-        self.check_version(db)
+        self.upgrade(db)
 
-    def check_version(self, db: Database) -> None:
-        """Raise `CheckpointFormatError` unless the tables are of `SCHEMA_VERSION`."""
+    def upgrade(self, db: Database) -> None:
+        """Before a write: check the schema version, and upgrade version 2 to 3 in place.
+
+        Schema 3 adds the table ``executionkit_ledger``; a schema 2 database holds
+        checkpoints of format 3 and older, which have no ledger, so creating the
+        table and bumping the version is the whole upgrade. It runs in the
+        write's transaction, under the schema lock (SQLite's write lock, taken by
+        ``BEGIN IMMEDIATE``; PostgreSQL's advisory lock), so two writers never
+        both run it; a store of an older executionkit then refuses the database.
+        """
+        if self.check_version(db, reading=True) == SCHEMA_VERSION:
+            return
+        if self.dialect.lock_schema:
+            db.execute(self.dialect.lock_schema)
+            if self.check_version(db, reading=True) == SCHEMA_VERSION:
+                return  # upgraded by another writer while this one waited
+        for statement in self.dialect.schema:
+            db.execute(statement)
+        db.execute(
+            "UPDATE executionkit_schema SET version = ? WHERE version = ?",
+            (SCHEMA_VERSION, SCHEMA_VERSION - 1),
+        )
+
+    def check_version(self, db: Database, *, reading: bool = False) -> int:
+        """The tables' schema version; `CheckpointFormatError` unless this store reads it.
+
+        A read accepts schema 2 too (its checkpoints have no ledger rows); a write
+        upgrades it first (`upgrade`).
+        """
         versions = [
             row[0] for row in db.execute("SELECT version FROM executionkit_schema").fetchall()
         ]
-        if versions != [SCHEMA_VERSION]:
+        accepted = _READABLE if reading else (SCHEMA_VERSION,)
+        if len(versions) != 1 or versions[0] not in accepted:
             msg = (
                 f"{self.name}: the executionkit tables have schema version "
                 f"{reprlib.repr(versions)}, this version of executionkit reads "
-                f"[{SCHEMA_VERSION}]"
+                f"{list(_READABLE)}"
             )
             if len(versions) == 1 and versions[0] in _OLDER:
                 msg += f" ({_OLDER[versions[0]]})"
             raise CheckpointFormatError(msg)
+        version: int = versions[0]
+        return version
 
     # --- saving ---------------------------------------------------------------------
 
@@ -181,9 +219,13 @@ class SqlCheckpoints:
             maps, next_ord = self.items.save_next(db, run_id, checkpoint, next_ord, known.maps)
         else:
             maps, next_ord = self.items.save_differences(db, run_id, checkpoint, next_ord)
+        live = known.ledger if after and known is not None else None
+        ledger, next_ord, ledger_appended = self.ledger.save(
+            db, run_id, checkpoint, next_ord, live
+        )
         db.execute(ADD_HEADER, (run_id, seq, checkpoint.created_at, header))
         if not self.keeps_history and stored_seq >= 0:
-            needed = (not forgotten, not outputs_appended, not items_appended)
+            needed = (not forgotten, not outputs_appended, not items_appended, not ledger_appended)
             self._forget(db, run_id, stored_seq, needed)
         # The WHERE clause repeats the seq check made under the lock: even a writer
         # that skipped it could never move a run backwards.
@@ -194,17 +236,20 @@ class SqlCheckpoints:
         done = db.execute(update, (seq, next_ord, run_id, seq)).fetchone()
         if done is None:  # pragma: no cover - the lock makes this unreachable
             raise stale(self.name, checkpoint, stored_seq)
-        return Known(run_id, lineage(checkpoint), seq, done[0], next_ord, names, ords, maps)
+        return Known(
+            run_id, lineage(checkpoint), seq, done[0], next_ord, names, ords, maps, ledger
+        )
 
     @staticmethod
     def _forget(
-        db: Database, run_id: str, stored_seq: int, needed: tuple[bool, bool, bool]
+        db: Database, run_id: str, stored_seq: int, needed: tuple[bool, bool, bool, bool]
     ) -> None:
         """Delete the replaced header and the rows no kept checkpoint sees, as ``needed``."""
         forget = (
             (FORGET_HEADER, (run_id, stored_seq)),
             (FORGET_DROPPED, (run_id, run_id)),
             (FORGET_DROPPED_ITEMS, (run_id, run_id)),
+            (FORGET_DROPPED_LEDGER, (run_id, run_id)),
         )
         for (statement, params), wanted in zip(forget, needed, strict=True):
             if wanted:
@@ -333,6 +378,8 @@ class SqlCheckpoints:
                 "new_outputs": (),
                 "items": header_items(checkpoint),  # the items are rows
                 "new_items": {},
+                "ledger": (),  # the ledger too: the header holds their number
+                "new_ledger": (),
             }
             for name in _FIELDS:
                 if name not in fields:
@@ -341,6 +388,8 @@ class SqlCheckpoints:
             for key in _DERIVED:
                 del data[key]
             data["items"] = slim_header_items(data["items"])
+            if "ledger" in data:
+                data["ledger"] = ledger_length(checkpoint)
             text = dumps(data)
             text.encode("utf-8")  # a lone surrogate must fail here, not in the driver
         except (TypeError, ValueError, RecursionError) as exc:
@@ -456,6 +505,7 @@ class SqlCheckpoints:
             db.execute(PRUNE_HEADERS, (run_id, row[0]))
             db.execute(FORGET_DROPPED, (run_id, run_id))
             db.execute(FORGET_DROPPED_ITEMS, (run_id, run_id))
+            db.execute(FORGET_DROPPED_LEDGER, (run_id, run_id))
             removed += count
         return removed
 
@@ -465,6 +515,7 @@ class SqlCheckpoints:
         tables = (
             "executionkit_outputs",
             "executionkit_items",
+            "executionkit_ledger",
             "executionkit_headers",
             "executionkit_runs",
         )
@@ -478,7 +529,7 @@ class SqlCheckpoints:
 
     def _at(self, db: Database, run_id: str, seq: int) -> WorkflowCheckpoint:
         """The checkpoint of ``run_id`` at ``seq``: its header, outputs and items."""
-        header = self._read_header(db, run_id, seq)
+        header = self.ledger.as_of(db, run_id, seq, self._read_header(db, run_id, seq))
         rows = db.execute(AS_OF, (run_id, seq, seq)).fetchall()
         entries = [self.entry(run_id, name, value) for name, value in rows]
         items = self.items.as_of(db, run_id, seq, self.decoder(run_id))

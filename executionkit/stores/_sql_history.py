@@ -96,8 +96,8 @@ def every_checkpoint(sql: SqlCheckpoints, db: Database, run_id: str) -> list[Wor
     """Every kept checkpoint of ``run_id``, rebuilt, oldest first.
 
     Each row is decoded once and its output shared by the checkpoints that hold
-    it, as the checkpoints a run takes share their outputs; each checkpoint is
-    still validated whole, so this costs O(checkpoints x outputs): list with
+    it, as the checkpoints a run takes share their outputs (and ledger rows);
+    each checkpoint is still validated whole, so this costs O(checkpoints x outputs): list with
     `list_checkpoints` and load the one wanted instead.
     """
     headers = db.execute(HEADERS, (run_id,)).fetchall()
@@ -115,12 +115,22 @@ def every_checkpoint(sql: SqlCheckpoints, db: Database, run_id: str) -> list[Wor
         (row, sql.stored_int(run_id, "added seq", added), _dropped(sql, run_id, dropped))
         for row, added, dropped in sql.items.every(db, run_id, sql.decoder(run_id))
     ]
+    parsed = [
+        (sql.stored_int(run_id, "seq", seq), sql.parse_header(run_id, header))
+        for seq, header in headers
+    ]
+    ledger = []
+    if any(sql.ledger.counts(header) for _, header in parsed):  # none in a schema 2 database
+        ledger = [
+            (row, sql.stored_int(run_id, "added seq", added), _dropped(sql, run_id, dropped))
+            for row, added, dropped in sql.ledger.every(db, run_id)
+        ]
     result = []
-    for seq, header in headers:
-        at = sql.stored_int(run_id, "seq", seq)
+    for at, header in parsed:
         visible = [entry for entry, added, dropped in rows if _held(added, dropped, at)]
         held = [row for row, added, dropped in items if _held(added, dropped, at)]
-        filled = sql.items.fill(run_id, sql.parse_header(run_id, header), held)
+        spent = [row for row, added, dropped in ledger if _held(added, dropped, at)]
+        filled = sql.items.fill(run_id, sql.ledger.fill(run_id, at, header, spent), held)
         result.append(sql.rebuild(run_id, filled, visible))
     return result
 

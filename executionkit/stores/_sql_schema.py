@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from executionkit.stores._sql_items import item_tables
+from executionkit.stores._sql_ledger import ledger_tables
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -32,6 +33,7 @@ class Dialect:
     schema: tuple[str, ...]  # CREATE statements, each idempotent
     lock_run: str  # selects seq, written, next_ord of the run row, locking it
     next_written: str  # an SQL expression: the next value of the save counter
+    lock_schema: str = ""  # a statement serialising schema changes, if the write lock does not
 
 
 def tables(bigint: str) -> tuple[str, ...]:
@@ -64,6 +66,7 @@ def tables(bigint: str) -> tuple[str, ...]:
         """CREATE INDEX IF NOT EXISTS executionkit_outputs_dropped
             ON executionkit_outputs (run_id, dropped)""",
         *item_tables(bigint),
+        *ledger_tables(bigint),
     )
 
 

@@ -63,18 +63,19 @@ class SQLiteStore:
     your application's):
 
     ```sql
-    CREATE TABLE executionkit_schema (version INTEGER NOT NULL);  -- one row: 2
+    CREATE TABLE executionkit_schema (version INTEGER NOT NULL);  -- one row: 3
     CREATE TABLE executionkit_runs (
         run_id TEXT PRIMARY KEY,
         seq INTEGER NOT NULL,  -- the latest checkpoint's seq: the stale-writer fence
         written INTEGER NOT NULL,  -- 1, 2, 3...: the order of the saves, across runs
-        next_ord INTEGER NOT NULL  -- the ord of the run's next output or item row
+        next_ord INTEGER NOT NULL  -- the ord of the run's next output, item or ledger row
     );
     CREATE TABLE executionkit_headers (  -- one per checkpoint kept
         run_id TEXT NOT NULL,
         seq INTEGER NOT NULL,
         created_at TEXT,
-        header TEXT NOT NULL,  -- to_dict() without outputs, step_index and items' outputs
+        header TEXT NOT NULL,  -- to_dict() without outputs, step_index and items' outputs,
+                               -- its "ledger" the number of ledger rows (format 4)
         PRIMARY KEY (run_id, seq)
     );
     CREATE TABLE executionkit_outputs (  -- one per output recorded
@@ -96,16 +97,37 @@ class SQLiteStore:
         value TEXT NOT NULL,  -- the item's output as JSON
         PRIMARY KEY (run_id, ord)
     );
+    CREATE TABLE executionkit_ledger (  -- one per cost ledger row (schema 3)
+        run_id TEXT NOT NULL,
+        ord INTEGER NOT NULL,  -- the order of the rows in the run
+        added INTEGER NOT NULL,  -- the seq that wrote it
+        dropped INTEGER,  -- the seq from which a checkpoint no longer holds it
+        step TEXT NOT NULL,  -- the row's eight values, as to_dict()["ledger"] lists them
+        item TEXT,
+        attempt INTEGER NOT NULL,
+        outcome TEXT NOT NULL,
+        model TEXT,
+        input_tokens INTEGER NOT NULL,
+        output_tokens INTEGER NOT NULL,
+        llm_calls INTEGER NOT NULL,
+        PRIMARY KEY (run_id, ord)
+    );
     ```
 
     The checkpoint of ``seq`` k is its header plus the output rows with
     ``added <= k`` and no ``dropped <= k``, in ``ord`` order; its ``items``
     are, for each map its header lists (with the map's cost), that map's item
-    rows visible at k the same way. A save writes one row per output and per
-    item recorded since the previous checkpoint. A database holding the table
-    ``executionkit_checkpoints`` of the first, unreleased SQLiteStore, or
-    tables of schema version 1 (also unreleased, which kept items in each
-    header), is refused with `CheckpointFormatError`.
+    rows visible at k the same way; its ``ledger`` is the ledger rows visible
+    at k, as many as its header counts, in ``ord`` order. A save writes one row
+    per output, per item and per ledger row recorded since the previous
+    checkpoint (``new_ledger``): the header does not grow with the run. A
+    database of schema version 2 (before the ledger table) is read as it is
+    and upgraded in place by the first write (the table created and the
+    version set to 3, in that write's transaction); an older executionkit
+    then refuses it. A database holding the table ``executionkit_checkpoints``
+    of the first, unreleased SQLiteStore, or tables of schema version 1 (also
+    unreleased, which kept items in each header), is refused with
+    `CheckpointFormatError`.
 
     `claim` makes one live process the owner of a run, so that two processes
     resuming it never both run it: `Workflow.run` takes the claim before any
@@ -373,7 +395,7 @@ class SQLiteStore:
         if _OLD_TABLE in found:
             self._refuse_old(connection)
         if "executionkit_schema" in found:
-            self._sql.check_version(connection)
+            self._sql.upgrade(connection)  # schema 2 to 3, under BEGIN IMMEDIATE's lock
         else:
             self._sql.create(connection)
 
@@ -399,7 +421,7 @@ class SQLiteStore:
                 if not _has_table(connection, "executionkit_schema"):
                     yield None
                     return
-                self._sql.check_version(connection)
+                self._sql.check_version(connection, reading=True)
                 yield connection
             finally:
                 if connection.in_transaction:
@@ -417,7 +439,7 @@ class SQLiteStore:
                 if not _has_table(connection, "executionkit_schema"):
                     yield None
                     return
-                self._sql.check_version(connection)
+                self._sql.upgrade(connection)
                 yield connection
 
     def _use_wal(self, connection: sqlite3.Connection) -> None:
