@@ -196,6 +196,11 @@ class ChatClient:
     ) -> PatternResult[str]:
         """Send one chat completion request; return its text and token usage.
 
+        Inside a step, the usage of the response is reported at once with
+        ``current_step().add_usage`` (so it counts even when the answer has no
+        text, or the step fails afterwards) and the result's ``cost`` is zero;
+        outside a step, the usage is the result's ``cost``.
+
         Args:
             messages: The conversation, as ``{"role": ..., "content": ...}`` dicts.
             idempotency_key: Sent as the ``Idempotency-Key`` header. Defaults
@@ -220,10 +225,21 @@ class ChatClient:
             headers["Idempotency-Key"] = idempotency_key
         payload = json.dumps({"model": self.model, "messages": messages, **options}).encode()
         body = await asyncio.to_thread(self._post, payload, headers)
+        usage = usage_from_response(body, self.endpoint)
+        model = body.get("model")
+        try:
+            step = current_step()
+        except RuntimeError:
+            step = None
+        if step is not None:
+            # Paid for as soon as it came back: counted even if the answer turns out
+            # unusable below (or the step fails later), as wasted then.
+            step.add_usage(usage, model=model if isinstance(model, str) else self.model)
+            usage = TokenUsage()  # reported once: not again with the result
         return PatternResult(
             content_from_response(body, self.endpoint),
-            cost=usage_from_response(body, self.endpoint),
-            metadata={"model": body.get("model"), "id": body.get("id")},
+            cost=usage,
+            metadata={"model": model, "id": body.get("id")},
         )
 
     def _post(self, payload: bytes, headers: dict[str, str]) -> dict[str, Any]:

@@ -107,7 +107,7 @@ class BudgetExceeded(ExecutionKitError):  # noqa: N818 - reads as an event, like
             if limit and used >= limit
         )
         super().__init__(
-            f"budget reached: {reached}; no new step was started. The checkpoint "
+            f"budget reached: {reached}; no new step or retry was started. The checkpoint "
             f"(.checkpoint, seq={checkpoint.seq}) records "
             f"{_completed_steps(checkpoint.step_index)}; resume from it with a larger budget "
             f"to continue"

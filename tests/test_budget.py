@@ -108,7 +108,7 @@ def _steps(count: int) -> str:
 
 def message(reached: str, seq: int, step_index: int) -> str:
     return (
-        f"budget reached: {reached}; no new step was started. The checkpoint "
+        f"budget reached: {reached}; no new step or retry was started. The checkpoint "
         f"(.checkpoint, seq={seq}) records {_steps(step_index)}; resume from it with a "
         f"larger budget to continue"
     )

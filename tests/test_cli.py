@@ -1066,6 +1066,13 @@ def test_inspect_json(cli: Callable[..., Outcome], tmp_path: Path) -> None:
         "items": {},
         "waiting": {},
         "outputs": {"words": '["the", "cat", "sat"]', "count": "3"},
+        "spending": {
+            "spent": {"input_tokens": 0, "output_tokens": 0, "llm_calls": 0},
+            "wasted": {"input_tokens": 0, "output_tokens": 0, "llm_calls": 0},
+            "unknown": 0,
+            "steps": {},
+        },
+        "in_flight": [],
         "claimed_by": None,
     }
     without = json.loads(cli("inspect", "run.json", "--json").out)

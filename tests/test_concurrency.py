@@ -415,7 +415,7 @@ async def test_the_budget_stops_starting_queued_steps_of_the_same_batch(
     assert error.usage == TokenUsage(6, 8, 2)
     assert pool.checkpoints[-1] == error.checkpoint
     assert str(error) == (
-        f"budget reached: llm_calls 2 of 1; no new step was started. The checkpoint "
+        f"budget reached: llm_calls 2 of 1; no new step or retry was started. The checkpoint "
         f"(.checkpoint, seq={error.checkpoint.seq}) records 2 completed steps; resume "
         f"from it with a larger budget to continue"
     )

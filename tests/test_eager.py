@@ -672,7 +672,7 @@ async def test_eager_budget_stops_new_starts_and_raises_after_running_steps_fini
     assert error.usage == TokenUsage(11, 21, 2)
     assert error.checkpoint == lab.checkpoints[-1]
     assert str(error) == (
-        "budget reached: llm_calls 2 of 1; no new step was started. The checkpoint "
+        "budget reached: llm_calls 2 of 1; no new step or retry was started. The checkpoint "
         "(.checkpoint, seq=2) records 2 completed steps; resume from it with a larger "
         "budget to continue"
     )

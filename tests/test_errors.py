@@ -205,7 +205,7 @@ def test_budget_exceeded_message(steps: int, recorded: str) -> None:
     budget = TokenUsage(llm_calls=3)
     error = BudgetExceeded(_checkpoint(steps, seq=2), TokenUsage(10, 5, 3), budget)
     assert str(error) == (
-        "budget reached: llm_calls 3 of 3; no new step was started. The checkpoint "
+        "budget reached: llm_calls 3 of 3; no new step or retry was started. The checkpoint "
         f"(.checkpoint, seq=2) records {recorded}; resume from it with a larger budget "
         "to continue"
     )

@@ -31,6 +31,7 @@ from executionkit import (
     current_step,
 )
 from executionkit import events as ev
+from executionkit._cli import main as cli_main
 from executionkit.progress import ConsoleProgress
 
 if TYPE_CHECKING:
@@ -503,3 +504,47 @@ async def test_a_sub_workflow_run_names_its_parent_step() -> None:
         ("top", None),
         (tracer.asked[1].run_id, ("top", "research", None)),
     ]
+
+
+def test_inspect_shows_what_each_step_spent_and_wasted(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def parse(ctx: Any) -> str:
+        current_step().add_usage(TokenUsage(10, 2, 1), model="m")
+        if current_step().attempt < 2:
+            raise ValueError("unparseable")
+        return "ok"
+
+    def refuses(ctx: Any) -> str:
+        current_step().add_usage(TokenUsage(5, 1, 1))
+        raise RuntimeError("refused")
+
+    path = tmp_path / "run.json"
+
+    def save(checkpoint: WorkflowCheckpoint) -> None:
+        path.write_text(json.dumps(checkpoint.to_dict()))
+
+    workflow = Workflow(
+        [
+            Step("parse", parse, retries=1, retry_delay=0),
+            Step("refuses", refuses, depends_on=("parse",)),
+        ]
+    )
+    with pytest.raises(WorkflowFailed):
+        workflow.run_sync(checkpoint_fn=save)
+    assert cli_main(["inspect", str(path)]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    start = next(n for n, line in enumerate(shown) if line.startswith("spending"))
+    wasted = "attempt(s) that did not succeed"
+    assert shown[start : start + 3] == [
+        "spending    spent 12 tokens (1 call), wasted 18 tokens (2 calls)",
+        f"              parse: spent 12 tokens (1 call), wasted 12 tokens (1 call) in 1 {wasted}",
+        f"              refuses: spent 0 tokens (0 calls), wasted 6 tokens (1 call) in 1 {wasted}",
+    ]
+    assert cli_main(["inspect", str(path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["spending"]["steps"]["refuses"]["wasted"] == {
+        "input_tokens": 5,
+        "output_tokens": 1,
+        "llm_calls": 1,
+    }

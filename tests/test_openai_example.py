@@ -36,9 +36,9 @@ DOCUMENT = "The ferry timetable changes in May. Two crossings are added on Sunda
 API_KEY = "sk-test-key"
 WAIT = 10.0  # seconds: the bound on every wait, so a broken test fails instead of hanging
 
-Action: TypeAlias = int | Literal["no-usage", "not-json", "hang"]
+Action: TypeAlias = int | Literal["no-usage", "not-json", "no-text", "hang"]
 """What the server does with one request: answer with that status, omit usage, send a
-non-JSON page, or hang."""
+non-JSON page, answer (with usage) but without text, or hang."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +143,8 @@ class _Handler(BaseHTTPRequestHandler):
         }
         if seen.usage is not None:
             answer["usage"] = seen.usage
+        if seen.action == "no-text":
+            answer["choices"][0]["message"]["content"] = None
         self._send(HTTPStatus.OK, answer)
 
     def _send(self, status: int, payload: dict[str, Any] | str) -> None:
@@ -431,6 +433,24 @@ async def test_a_response_that_is_not_json_is_an_error(
         f"<html>Bad gateway page</html>"
     )
     assert not isinstance(caught.value, example.RetryableChatAPIError)
+
+
+async def test_an_answer_without_text_is_paid_for_and_counted_as_wasted(
+    api: FakeChatAPI, client: example.ChatClient
+) -> None:
+    """The model answered (and billed) but with nothing usable: the step fails, the
+    usage counts, in the run's cost and as waste of that step."""
+    api.plan("no-text")
+    with pytest.raises(WorkflowFailed) as caught:
+        await example.build_workflow().run(context(client))
+    seen = api.requests()
+    assert len(seen) == 1
+    checkpoint = caught.value.checkpoint
+    assert checkpoint.cost == usage_sum(seen)
+    assert checkpoint.spending.wasted == usage_sum(seen)
+    assert [(row.step, row.outcome, row.model) for row in checkpoint.ledger] == [
+        ("summarize", "failed", "test-model")
+    ]
 
 
 # --- the client on its own ------------------------------------------------------------------

@@ -267,6 +267,29 @@ def describe(
             for name, entry in waiting_in(checkpoint).items()
         },
         "outputs": {name: preview(outputs[name]) for name in names},
+        "spending": _spending(checkpoint),
+        "in_flight": [list(attempt) for attempt in checkpoint.in_flight],
+    }
+
+
+def _spending(checkpoint: WorkflowCheckpoint) -> dict[str, Any]:
+    """The ledger summed: in all, and per step path that has rows."""
+    spending = checkpoint.spending
+    return {
+        "spent": _usage(spending.spent),
+        "wasted": _usage(spending.wasted),
+        "unknown": spending.unknown,
+        "steps": {
+            path: {
+                "spent": _usage(step.spent),
+                "wasted": _usage(step.wasted),
+                "wasted_attempts": len(
+                    {(row.item, row.attempt) for row in step.entries if row.wasted}
+                ),
+                "unknown": step.unknown,
+            }
+            for path, step in spending.by_step().items()
+        },
     }
 
 
@@ -281,6 +304,8 @@ def describe_text(summary: Mapping[str, Any]) -> str:
     for label, value in _heading(summary):
         field(label, value)
     field("tokens", _usage_text(summary["cost"]))
+    for label, values in _ledger_fields(summary):
+        field(label, *values)
     if summary["total"] is None:
         field("steps", _steps_text(summary))
     else:
@@ -303,6 +328,45 @@ def describe_text(summary: Mapping[str, Any]) -> str:
     width = min(max((len(show(name)) for name in outputs), default=0), 24)
     lines.extend(f"  {show(name):<{width}}  {text}" for name, text in outputs.items())
     return "\n".join(lines)
+
+
+def _ledger_fields(summary: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
+    """The ``spending`` and ``in flight`` fields, when the checkpoint has them."""
+    fields = []
+    if summary["spending"]["steps"]:
+        fields.append(("spending", _spending_lines(summary["spending"])))
+    if summary["in_flight"]:
+        fields.append(("in flight", [_attempt_text(*a) for a in summary["in_flight"]]))
+    return fields
+
+
+def _spending_lines(spending: Mapping[str, Any]) -> list[str]:
+    """``spent 11 tokens, wasted 24 tokens``, then one line per step that has ledger rows."""
+    lines = [f"spent {_tokens(spending['spent'])}, wasted {_tokens(spending['wasted'])}"]
+    if spending["unknown"]:
+        lines[0] += f", {spending['unknown']} attempt(s) of unknown usage (in flight at a stop)"
+    for path, step in spending["steps"].items():
+        text = f"  {show(path)}: spent {_tokens(step['spent'])}"
+        if step["wasted_attempts"]:
+            text += (
+                f", wasted {_tokens(step['wasted'])} in {step['wasted_attempts']} "
+                f"attempt(s) that did not succeed"
+            )
+        if step["unknown"]:
+            text += f", {step['unknown']} of unknown usage"
+        lines.append(text)
+    return lines
+
+
+def _tokens(usage: Mapping[str, int]) -> str:
+    total = usage["input_tokens"] + usage["output_tokens"]
+    calls = usage["llm_calls"]
+    return f"{total:,} tokens ({calls:,} call{'s' if calls != 1 else ''})"
+
+
+def _attempt_text(step: str, item: str | None, attempt: int) -> str:
+    where = show(step) if item is None else f"{show(step)} item {show(item)}"
+    return f"{where}, attempt {attempt}"
 
 
 def _heading(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
