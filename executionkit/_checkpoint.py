@@ -486,6 +486,8 @@ class SharedFields:
         "lineage",
         "log",
         "metadata",
+        "names",
+        "quiet",
         "run_id",
         "step_info",
         "trace",
@@ -513,6 +515,10 @@ class SharedFields:
         self.lineage = lineage
         # Set once, by the first listener that traces the run (see Run).
         self.trace: str | None = None
+        # The run's step names, and the positions of steps that spend nothing themselves
+        # (asks, sub-workflows): a checkpoint's in_flight is computed from its `_next`.
+        self.names: tuple[str, ...] = ()
+        self.quiet: frozenset[int] = frozenset()
 
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -551,9 +557,14 @@ def _new_ledger(fields: dict[str, Any]) -> Any:
     return tuple(fields["_shared"].ledger[fields["_rows_since"] : fields["_rows"]])
 
 
-def _no_attempts(fields: dict[str, Any]) -> Any:
-    del fields
-    return ()
+def _in_flight(fields: dict[str, Any]) -> Any:
+    upcoming = fields.get("_next")
+    if not upcoming:
+        return ()
+    shared = fields["_shared"]
+    names = shared.names
+    quiet = shared.quiet
+    return tuple((names[p], None, 1) for p in upcoming if p not in quiet)
 
 
 def _created_at(fields: dict[str, Any]) -> Any:
@@ -581,7 +592,7 @@ def _install_deferred_fields() -> None:
         _Deferred("new_items", _empty),
         _Deferred("ledger", _ledger, ()),
         _Deferred("new_ledger", _new_ledger, ()),
-        _Deferred("in_flight", _no_attempts, ()),
+        _Deferred("in_flight", _in_flight, ()),
         _Deferred("trace", _shared("trace"), None),
         _Deferred("lineage", _shared("lineage")),
     ):

@@ -357,3 +357,29 @@ class ClaimLostError(ExecutionKitError, RuntimeError):
         """Create the error with its message, for ``run_id``."""
         super().__init__(message)
         self.run_id = run_id
+
+
+def error_text(error: Exception) -> str:
+    """How a checkpoint's ``errors`` keep a failure: a failed map's with its first causes.
+
+    A map's error is a group of its items' errors, each noted with its key; its own
+    message names the keys only, so the causes are added, whole, as ``inspect``
+    shows them.
+    """
+    text = f"{type(error).__name__}: {error}"
+    if not isinstance(error, ExceptionGroup):
+        return text
+    causes = []
+    for item in error.exceptions[:_CAUSES]:
+        notes = getattr(item, "__notes__", ())
+        key = next((n for n in notes if n.startswith("executionkit: item ")), None)
+        if key is None:
+            return text  # not a map's items: a group the step raised itself
+        causes.append(f"{key.removeprefix('executionkit: ')}: {type(item).__name__}: {item}")
+    more = len(error.exceptions) - len(causes)
+    rest = f"; and {more} more" if more > 0 else ""
+    return f"{text}. Why: {'; '.join(causes)}{rest}"
+
+
+# How many items' errors a failed map's entry in ``errors`` quotes whole.
+_CAUSES = 3

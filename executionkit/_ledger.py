@@ -16,6 +16,7 @@ each as ``"unknown"`` (usage not known, never silently zero).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,7 @@ WASTED = frozenset({"failed", "timeout", "cancelled", "unknown", "late"})
 
 ZERO = TokenUsage()
 _ZERO = ZERO
+_FIRST_REPORT = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,30 +116,35 @@ class Spend:
 class Ledger:
     """The ledger of one run: its rows (restored and new) and the attempts open now."""
 
-    __slots__ = ("_late", "entries", "open", "restored")
+    __slots__ = ("entries", "late", "open", "restored")
 
     def __init__(self, restored: Iterable[LedgerEntry] = ()) -> None:
         self.entries: list[LedgerEntry] = list(restored)
         self.restored = len(self.entries)
-        # (step, item key) -> the spend of its attempt running now.
-        self.open: dict[tuple[str, str | None], Spend] = {}
+        # (step, item key) -> its attempt running now: the attempt's number until it
+        # reports usage (no object per attempt for steps that never do), then its Spend.
+        self.open: dict[tuple[str, str | None], int | Spend] = {}
         # Usage reported after its attempt ended, waiting for the loop to book it.
-        self._late: list[LedgerEntry] = []
+        self.late: list[LedgerEntry] = []
 
-    def begin(self, step: str, key: str | None, attempt: int) -> Spend:
-        """An attempt starts: open its spend."""
-        spend = self.open[step, key] = Spend(attempt)
-        return spend
+    def begin(self, step: str, key: str | None, attempt: int) -> None:
+        """An attempt starts: note it as open."""
+        self.open[step, key] = attempt
 
     def add(
         self, step: str, key: str | None, attempt: int, usage: TokenUsage, model: str | None
     ) -> None:
         """Usage reported by a running attempt (from any thread)."""
-        spend = self.open.get((step, key))
-        if spend is not None and spend.attempt == attempt:
-            spend.add(usage, model)
+        opened = self.open.get((step, key))
+        if type(opened) is int and opened == attempt:
+            with _FIRST_REPORT:  # two threads of one attempt may report first at once
+                opened = self.open.get((step, key))
+                if type(opened) is int and opened == attempt:
+                    opened = self.open[step, key] = Spend(attempt)
+        if isinstance(opened, Spend) and opened.attempt == attempt:
+            opened.add(usage, model)
         else:
-            self._late.append(LedgerEntry(step, key, attempt, "late", model, usage))
+            self.late.append(LedgerEntry(step, key, attempt, "late", model, usage))
 
     def close(
         self,
@@ -154,10 +161,11 @@ class Ledger:
         attempt is number ``attempt``.
         """
         spend = self.open.pop((step, key), None)
-        if spend is None:
+        if not isinstance(spend, Spend):
             if extra is None or extra == _ZERO:
                 return _ZERO
-            self.entries.append(LedgerEntry(step, key, attempt, outcome, None, extra))
+            number = attempt if spend is None else spend
+            self.entries.append(LedgerEntry(step, key, number, outcome, None, extra))
             return extra
         if not spend.reported and (extra is None or extra == _ZERO):
             return _ZERO
@@ -168,21 +176,18 @@ class Ledger:
             total += usage
         return total
 
-    @property
-    def late_rows(self) -> bool:
-        """Whether usage was reported late and is not booked yet."""
-        return bool(self._late)
-
     def attempt_of(self, step: str, key: str | None) -> int:
         """The number of the attempt of ``step`` (item ``key``) open now (1 if none is)."""
-        spend = self.open.get((step, key))
-        return 1 if spend is None else spend.attempt
+        opened = self.open.get((step, key))
+        if opened is None:
+            return 1
+        return opened if type(opened) is int else opened.attempt  # type: ignore[union-attr]
 
     def book_late(self) -> TokenUsage:
         """Write the rows of usage reported late; return their total."""
-        if not self._late:
+        if not self.late:
             return _ZERO
-        late, self._late = self._late, []
+        late, self.late = self.late, []
         self.entries += late
         total = _ZERO
         for entry in late:
@@ -196,7 +201,10 @@ class Ledger:
 
     def in_flight(self) -> tuple[tuple[str, str | None, int], ...]:
         """The attempts open now, for a checkpoint's ``in_flight``."""
-        return tuple((step, key, spend.attempt) for (step, key), spend in self.open.items())
+        return tuple(
+            (step, key, opened if type(opened) is int else opened.attempt)  # type: ignore[union-attr]
+            for (step, key), opened in self.open.items()
+        )
 
     def extend(self, prefix: str, rows: Iterable[LedgerEntry]) -> None:
         """Rows of a sub-workflow, each under this run's path ``prefix/step``."""

@@ -100,7 +100,7 @@ async def drive(
     _announce_start(run, step.name, pairs, recorded, len(pairs) - len(todo))
     driver = _Driver(position, step.name, run_item, run, takes_slots=takes_slots)
     # Listed in checkpoints' in_flight while it runs: items of it may be spending.
-    running = run.record.maps_running
+    running = run.record.in_flight.maps
     running.add(position)
     try:
         if plain and run.checkpointer.active:

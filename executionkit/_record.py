@@ -18,21 +18,22 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from executionkit._checkpoint import SharedFields, WorkflowCheckpoint, trusted_checkpoint
-from executionkit._errors import BudgetExceeded, WorkflowFailed
-from executionkit._ledger import ZERO, Ledger, Spending
+from executionkit._errors import BudgetExceeded, WorkflowFailed, error_text
+from executionkit._ledger import ZERO, Ledger, Spend, Spending
 from executionkit._plain import plain_copy
 from executionkit._questions import join_path
 from executionkit._result import WorkflowResult
 from executionkit._resume import Restored, restore
 from executionkit._snapshot import Extended, OutputLog
 from executionkit._state_children import Children
+from executionkit._state_in_flight import InFlight
 from executionkit._state_items import Items
 from executionkit._state_questions import Questions
 from executionkit._state_skips import Skips
 from executionkit._types import PatternResult, TokenUsage
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Iterable, Mapping
+    from collections.abc import Collection, Mapping
 
     from executionkit._graph import Graph
     from executionkit._options import RunOptions
@@ -102,31 +103,7 @@ class Record:
         self.changes = 0
         self.saved = 0
         self.last: WorkflowCheckpoint | None = options.resume_from
-        # The cost of every attempt, restored rows first (see executionkit._ledger).
-        self.ledger = Ledger(state.ledger)
-        # Steps about to start (the loop's ready list): in a checkpoint's in_flight too,
-        # since they may have spent before the next checkpoint.
-        self.next_up: list[int] = []
-        # Map steps running now (their items may be spending; see _in_flight).
-        self.maps_running: set[int] = set()
-        # What the last failed attempt of a step (or item) spent, for its failure's event.
-        self.last_waste: dict[tuple[str, str | None], TokenUsage] = {}
-        self.shared = SharedFields(
-            self.log,
-            graph.step_info,
-            self.run_id,
-            tuple(sorted(context)),
-            state.metadata,
-            self.ledger.entries,
-            state.lineage,
-        )
-        self.shared.trace = state.trace
-        # Ledger rows the checkpoint resumed from holds: the next checkpoint's new rows
-        # start after them (rows of attempts it found running come first).
-        resumed = options.resume_from
-        self._rows = 0 if resumed is None else len(resumed.ledger)
-        if len(self.ledger.entries) != self._rows:
-            self.changes += 1  # the unknown attempts: saved by the first checkpoint
+        self._start_ledger(graph, options, state, tuple(sorted(context)))
         self._snapshot_length = len(self.log)
         self._reported: set[str] = set()
         # The rooms of the kinds of step that record more than an output, each its own
@@ -145,6 +122,39 @@ class Record:
         self._maps_asks_children = bool(graph.maps or graph.asks or graph.workflows)
         if options.answers or state.pending:
             self._answer(options.answers)
+
+    def _start_ledger(
+        self,
+        graph: Graph,
+        options: RunOptions,
+        state: Restored,
+        context_keys: tuple[str, ...],
+    ) -> None:
+        """The cost ledger (restored rows first), what is in flight, the shared fields."""
+        self.ledger = Ledger(state.ledger)
+        self._open = self.ledger.open
+        # What a checkpoint lists as in flight: attempts running, steps about to start.
+        self.in_flight = InFlight(self)
+        # What the last failed attempt of a step (or item) spent, for its failure's event.
+        self.last_waste: dict[tuple[str, str | None], TokenUsage] = {}
+        shared = self.shared = SharedFields(
+            self.log,
+            graph.step_info,
+            self.run_id,
+            context_keys,
+            state.metadata,
+            self.ledger.entries,
+            state.lineage,
+        )
+        shared.trace = state.trace
+        shared.names = graph.names
+        shared.quiet = graph.asks | graph.workflows  # steps that spend nothing themselves
+        # Ledger rows the checkpoint resumed from holds: the next checkpoint's new rows
+        # start after them (rows of attempts it found running come first).
+        resumed = options.resume_from
+        self._rows = 0 if resumed is None else len(resumed.ledger)
+        if len(self.ledger.entries) != self._rows:
+            self.changes += 1  # the unknown attempts: saved by the first checkpoint
 
     def _answer(self, answers: Mapping[str, Any]) -> None:
         """Apply the run's answers, each the output of its ask step (checked first)."""
@@ -211,9 +221,13 @@ class Record:
                 return None
         else:
             stored = result
-        cost = self.ledger.close(name, None, "ok", reported)
-        if cost is not _ZERO:
-            self.cost += cost
+        if reported is None and type(self._open.get((name, None))) is not Spend:
+            self._open.pop((name, None), None)
+            cost = _ZERO  # the common case: nothing reported, so no ledger row
+        else:
+            cost = self.ledger.close(name, None, "ok", reported)
+            if cost is not _ZERO:
+                self.cost += cost
         self.landed[position] = (result, stored)
         if self.progress:
             self.progress.pop(name, None)
@@ -353,7 +367,7 @@ class Record:
         # executionkit._checkpoint._Deferred): most checkpoints are stored or
         # dropped without anyone reading their views or timestamp.
         ledger = self.ledger
-        if ledger.late_rows:
+        if ledger.late:
             self.book_late()
         rows_since = self._rows
         rows = self._rows = len(ledger.entries)
@@ -367,8 +381,11 @@ class Record:
             "_rows_since": rows_since,
             "_ns": time.time_ns(),
         }
-        if ledger.open or self.next_up or self.maps_running or self.landed:
-            fields["in_flight"] = self._in_flight()
+        if ledger.open or self.in_flight.maps or self.landed:
+            fields["in_flight"] = self.in_flight.now()
+        elif self.in_flight.next_up:
+            # Only steps about to start: in_flight is computed when read.
+            fields["_next"] = self.in_flight.pending()
         if self.failures:
             fields["errors"] = self._error_texts()
         if self.landed or self.progress or self._reported:
@@ -384,74 +401,6 @@ class Record:
         checkpoint = trusted_checkpoint(fields)
         self.last = checkpoint
         return checkpoint
-
-    def coming(self, ready: Iterable[int] | None) -> None:
-        """Steps about to start: with those started before and not ended, in ``in_flight``.
-
-        A checkpoint lists them because they may spend before the next one: a
-        resume from it counts each as ``"unknown"`` (never as zero). None: no
-        step starts any more (steps still running are listed by their attempts).
-        """
-        if ready is None:
-            self.next_up = []
-            return
-        ended = self._ended
-        listed = self.next_up = [p for p in self.next_up if not ended(p)]
-        listed += [p for p in ready if p not in listed]
-
-    def _freed(self) -> set[int]:
-        """Steps that outputs landed since the last merge make ready: they may start next.
-
-        A checkpoint taken mid-batch (a map item's, a step's progress) holds those
-        outputs before the loop has seen them; it lists these steps so that no
-        step starts unlisted after the last checkpoint.
-        """
-        if not self.landed:
-            return set()
-        graph = self.graph
-        names = graph.names
-        outputs = self.outputs
-        skipped = self.skips.skipped
-        landed = self.landed
-        freed: set[int] = set()
-        for position in landed:
-            for child in graph.dependents[position]:
-                if all(
-                    dep in landed or names[dep] in outputs or names[dep] in skipped
-                    for dep in graph.dependencies[child]
-                ):
-                    freed.add(child)
-        return freed
-
-    def _ended(self, position: int) -> bool:
-        name = self.graph.names[position]
-        return (
-            position in self.landed
-            or position in self.failures
-            or name in self.outputs
-            or name in self.skips.skipped
-        )
-
-    def _in_flight(self) -> tuple[tuple[str, str | None, int], ...]:
-        """The attempts running now and the steps about to start (their first attempt)."""
-        # A running map is listed by itself (item key None), not item by item: its
-        # checkpoints stay small however many items run at once.
-        running = tuple(attempt for attempt in self.ledger.in_flight() if attempt[1] is None)
-        if not self.next_up and not self.maps_running and not self.landed:
-            return running
-        graph = self.graph
-        names = graph.names
-        opened = {(step, key) for step, key, _attempt in running}
-        # Asks and sub-workflows spend nothing themselves (a child has checkpoints of its own).
-        upcoming = tuple(
-            (names[p], None, 1)
-            for p in sorted({*self.next_up, *self.maps_running, *self._freed()})
-            if (names[p], None) not in opened
-            and p not in graph.asks
-            and p not in graph.workflows
-            and not self._ended(p)
-        )
-        return running + upcoming
 
     def _describe_exactly(self, fields: dict[str, Any], since: int) -> None:
         """Fill in the fields a rare checkpoint cannot derive from the log alone.
@@ -502,7 +451,7 @@ class Record:
     def _error_texts(self) -> Mapping[str, str]:
         names = self.graph.names
         return MappingProxyType(
-            {names[p]: _error_text(e) for p, e in sorted(self.failures.items())}
+            {names[p]: error_text(e) for p, e in sorted(self.failures.items())}
         )
 
     def latest(self) -> WorkflowCheckpoint:
@@ -544,32 +493,6 @@ class Record:
             skipped=self.skips.in_order() if self.skips.skipped else EMPTY,
             spending=Spending.of(self.ledger.entries, self.ledger.restored),
         )
-
-
-def _error_text(error: Exception) -> str:
-    """How a checkpoint's ``errors`` keep a failure: a failed map's with its first causes.
-
-    A map's error is a group of its items' errors, each noted with its key; its own
-    message names the keys only, so the causes are added, whole, as ``inspect``
-    shows them.
-    """
-    text = f"{type(error).__name__}: {error}"
-    if not isinstance(error, ExceptionGroup):
-        return text
-    causes = []
-    for item in error.exceptions[:_CAUSES]:
-        notes = getattr(item, "__notes__", ())
-        key = next((n for n in notes if n.startswith("executionkit: item ")), None)
-        if key is None:
-            return text  # not a map's items: a group the step raised itself
-        causes.append(f"{key.removeprefix('executionkit: ')}: {type(item).__name__}: {item}")
-    more = len(error.exceptions) - len(causes)
-    rest = f"; and {more} more" if more > 0 else ""
-    return f"{text}. Why: {'; '.join(causes)}{rest}"
-
-
-# How many items' errors a failed map's entry in ``errors`` quotes whole.
-_CAUSES = 3
 
 
 def _new_run_id() -> str:

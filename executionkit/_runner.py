@@ -206,7 +206,7 @@ class Run(Landing):
         save = self._checkpointer.save
         policies = self._policies
         ready = frontier.initial()
-        record.coming(ready)
+        record.in_flight.coming(ready)
         left: list[int] = []
         while ready and policies.may_begin_batch():
             if len(ready) == 1 and ready[0] not in self._inline_steps and policies.may_start():
@@ -221,7 +221,8 @@ class Run(Landing):
                 recorded = record.merge()
             ready = frontier.complete(recorded)
             # In the checkpoint's in_flight: they start next (if anything does).
-            record.coming(ready if policies.may_begin_batch() else None)
+            upcoming = ready if policies.may_begin_batch() else None
+            record.in_flight.coming(upcoming, after_batch=True)
             await save()
         self._more = self._more or bool(ready or left)
 
@@ -231,7 +232,7 @@ class Run(Landing):
         save = self._checkpointer.save
         running = self._running
         ready = frontier.initial()
-        record.coming(ready)
+        record.in_flight.coming(ready)
         if ready and record.over_budget():
             self._more = True
             return
@@ -257,7 +258,7 @@ class Run(Landing):
             for position in frontier.complete(record.merge()):
                 heapq.heappush(ready, position)
             # In the checkpoint's in_flight: they start next (if anything does).
-            record.coming(ready if self._policies.may_start_ready() else None)
+            record.in_flight.coming(ready if self._policies.may_start_ready() else None)
             # Steps that finish while checkpoint_fn runs are folded into the next one.
             await save()
         self._more = self._more or bool(ready)
@@ -441,7 +442,7 @@ class Run(Landing):
         running.close()
         record.merge()
         record.book_late()
-        record.next_up = []  # nothing starts after this: the last checkpoint lists none
+        record.in_flight.coming(None)  # nothing starts after this: the last checkpoint lists none
         checkpointer = self._checkpointer
         saved, error = await checkpointer.save_through() if checkpointer.saves else (False, None)
         cancelled = cancelled or saved

@@ -277,6 +277,53 @@ class Workflow:
         """
         return plan_resume(self._graph, locals())
 
+    def fork(
+        self,
+        checkpoint: WorkflowCheckpoint,
+        *,
+        override: Mapping[str, Any] | None = None,
+        rerun: Collection[str] = (),
+        run_id: str | None = None,
+        note: str | None = None,
+    ) -> WorkflowCheckpoint:
+        """Make a new run from any checkpoint of another, with outputs put in place by hand.
+
+        Nothing is written and ``checkpoint`` is not changed: store the returned
+        checkpoint where you like and pass it as ``resume_from`` to run the fork.
+        It has a new ``run_id`` and records where it came from in ``lineage``
+        (the parent's run id and seq, the overridden and re-run steps, the
+        note), kept by every later checkpoint of the fork.
+
+        Args:
+            checkpoint: Any checkpoint of the parent run (format 1 or newer).
+            override: Step name to the output to put in place, as if the step
+                had produced it (in its recorded form: checked against the JSON
+                rules and the step's ``decode``; for an ask step, its answer,
+                checked by its ``check``; for a map step, its whole output). It
+                is recorded with zero usage, as an ``"override"`` ledger row. A
+                path ``"sub/step"`` reaches into sub-workflow step ``sub``.
+            rerun: Steps to run again (paths reach into sub-workflows).
+            run_id: The fork's run id; a new random one if None.
+            note: Why the fork was made, kept in its lineage.
+
+        Returns:
+            The fork's first checkpoint (``seq`` 1): every output of
+            ``checkpoint`` except the re-run steps and every step that depends
+            on an overridden or re-run step, which the fork's resume runs.
+
+        Raises:
+            RunArgumentError: Before anything, naming the step: a step the
+                workflow does not have, an override its ``decode`` or ``check``
+                refuses or that is not a map's list, a step both overridden and
+                re-run or overridden below a re-run step.
+            CheckpointValueError: If an override is not plain JSON data.
+        """
+        from executionkit._fork import fork  # noqa: PLC0415 - only forks pay for it
+
+        return fork(
+            self._graph, checkpoint, override=override, rerun=rerun, run_id=run_id, note=note
+        )
+
     @_same_arguments_as(run)
     def run_sync(self, *args: Any, **kwargs: Any) -> WorkflowResult:
         """Run the workflow from synchronous code; takes the same arguments as `run`.
