@@ -26,7 +26,7 @@ from executionkit import (
     Workflow,
     WorkflowCheckpoint,
 )
-from executionkit.stores import JsonFileStore, JsonLinesStore, SQLiteStore
+from executionkit.stores import JsonFileStore, JsonLinesStore, PostgresStore, SQLiteStore
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -231,8 +231,11 @@ def test_a_condition_below_an_override_is_decided_again() -> None:
 # --- oracle: every checkpoint of reference runs, through every store -----------------------
 
 
-def reference() -> tuple[Workflow, dict[str, Any]]:
-    inner = Workflow([Step("a", lambda ctx: "a"), Step("b", lambda ctx: ctx["a"] + "b", ("a",))])
+def reference(inner_a: str = "a") -> tuple[Workflow, dict[str, Any]]:
+    """Plain, map, condition, sub-workflow steps; ``inner_a``: what the child's first step says."""
+    inner = Workflow(
+        [Step("a", _returning(inner_a)), Step("b", lambda ctx: ctx["a"] + "b", ("a",))]
+    )
     steps = [
         Step("s0", lambda ctx: "zero"),
         Step.map("m", lambda item, ctx: f"{ctx['s0']}-{item}", over="xs", depends_on=("s0",)),
@@ -243,63 +246,97 @@ def reference() -> tuple[Workflow, dict[str, Any]]:
     return Workflow(steps), {"xs": [1, 2]}
 
 
-STORES = ["json", "jsonl", "sqlite"]
+# Each variant: what to fork with, the recorded step it needs, and the fresh run it must equal.
+VARIANTS: dict[str, tuple[dict[str, Any], str | None]] = {
+    "as-is": ({}, None),
+    "override s0": ({"override": {"s0": "ZERO"}}, "s0"),
+    "override m": ({"override": {"m": ["x", "y"]}}, "m"),
+    "override sub/a": ({"override": {"sub/a": "A"}}, "sub"),
+    "rerun s0": ({"rerun": ["s0"]}, "s0"),
+    "rerun sub/b": ({"rerun": ["sub/b"]}, "sub"),
+}
 
 
-def store_of(kind: str, path: Path, name: str) -> Any:
+def oracle_run(variant: str, context: dict[str, Any], schedule: Any) -> Any:
+    """The fresh run a resumed fork must equal: overridden steps replaced by stubs."""
+    workflow, _ = reference(inner_a="A" if variant == "override sub/a" else "a")
+    stubs = VARIANTS[variant][0].get("override", {})
+    return fresh_with_stubs(
+        workflow, context, {k: v for k, v in stubs.items() if "/" not in k}, schedule
+    )
+
+
+STORES = ["json", "jsonl", "sqlite", "postgres"]
+
+
+def store_of(kind: str, path: Path, name: str, pg: str | None = None) -> Any:
     """A file store per run (they hold one run each); one database for them all."""
     if kind == "json":
         return JsonFileStore(path / f"{name}.json")
     if kind == "jsonl":
         return JsonLinesStore(path / f"{name}.jsonl")
+    if kind == "postgres":
+        assert pg is not None
+        return PostgresStore(pg)
     return SQLiteStore(path / "runs.db")
 
 
 @pytest.mark.parametrize("kind", STORES)
 @pytest.mark.parametrize("schedule", ["batch", "eager"])
 def test_oracle_forks_of_every_checkpoint_resume_to_the_reference(
-    kind: str, schedule: Any, tmp_path: Path
+    kind: str, schedule: Any, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    pg = request.getfixturevalue("pg_uri") if kind == "postgres" else None
     workflow, context = reference()
     checkpoints: list[WorkflowCheckpoint] = []
     expected = workflow.run_sync(context, checkpoint_fn=checkpoints.append, schedule=schedule)
-    cases = 0
-    for number, parent in enumerate(checkpoints):
-        for override in (None, "s0", "m"):
-            if override is not None and override not in parent.outputs:
-                continue
-            values = {"s0": "ZERO", "m": ["x", "y"]}
-            fork = workflow.fork(
-                parent,
-                override=None if override is None else {override: values[override]},
-                run_id=f"fork-{number}-{override}",
-            )
-            assert fork.run_id is not None
-            store = store_of(kind, tmp_path, fork.run_id)
-            store(fork)
-            loaded = store.load(run_id=fork.run_id) if kind == "sqlite" else store.load()
-            assert loaded is not None
-            assert loaded.lineage == fork.lineage
-            assert loaded.to_dict() == fork.to_dict()
-            saved: list[WorkflowCheckpoint] = []
-            result = workflow.run_sync(
-                context, resume_from=loaded, checkpoint_fn=saved.append, schedule=schedule
-            )
-            for checkpoint in saved:
-                store(checkpoint)
-            reloaded = store.load(run_id=fork.run_id) if kind == "sqlite" else store.load()
-            assert reloaded is not None
-            assert reloaded.lineage == fork.lineage
-            stub: dict[str, Any] = {} if override is None else {override: values[override]}
-            oracle = fresh_with_stubs(workflow, context, stub, schedule)
-            assert dict(result.outputs) == dict(oracle.outputs), (number, override)
-            assert set(result.executed) == set(workflow_names(workflow)) - set(fork.outputs) - set(
-                fork.skipped
-            )
-            assert all(cp.lineage == fork.lineage for cp in saved)
-            cases += 1
-    assert cases >= len(checkpoints)
     assert dict(expected.outputs)["last"] == "zero-1|ab"
+    cases = 0
+    opened: list[Any] = []
+    try:
+        for number, parent in enumerate(checkpoints):
+            for variant, (arguments, needs) in VARIANTS.items():
+                if needs is not None and needs not in parent.outputs:
+                    continue
+                before = json.dumps(parent.to_dict())
+                fork = workflow.fork(parent, run_id=f"fork-{number}-{variant}", **arguments)
+                assert json.dumps(parent.to_dict()) == before
+                assert fork.run_id is not None
+                store = store_of(kind, tmp_path, f"fork-{cases}", pg)
+                opened.append(store)
+                store(fork)
+                loaded = (
+                    store.load(run_id=fork.run_id)
+                    if kind in {"sqlite", "postgres"}
+                    else store.load()
+                )
+                assert loaded is not None
+                assert loaded.to_dict() == fork.to_dict()
+                plan = workflow.plan(context, resume_from=loaded)
+                saved: list[WorkflowCheckpoint] = []
+                result = workflow.run_sync(
+                    context, resume_from=loaded, checkpoint_fn=saved.append, schedule=schedule
+                )
+                for checkpoint in saved:
+                    store(checkpoint)
+                reloaded = (
+                    store.load(run_id=fork.run_id)
+                    if kind in {"sqlite", "postgres"}
+                    else store.load()
+                )
+                assert reloaded is not None
+                assert reloaded.lineage == fork.lineage
+                oracle = oracle_run(variant, context, schedule)
+                assert dict(result.outputs) == dict(oracle.outputs), (number, variant)
+                assert set(plan.would_run) == set(result.executed), (number, variant)
+                assert all(cp.lineage == fork.lineage for cp in saved)
+                cases += 1
+    finally:
+        for store in opened:
+            close = getattr(store, "close", None)
+            if close is not None:
+                close()
+    assert cases >= len(checkpoints) * 2
 
 
 def workflow_names(workflow: Workflow) -> list[str]:
