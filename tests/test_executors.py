@@ -67,6 +67,15 @@ def saves_progress_or_error(ctx: Mapping[str, Any]) -> str:
     return "saved"
 
 
+def spends_on_a_dask_worker(ctx: Mapping[str, Any]) -> str:
+    step = current_step()
+    step.add_usage(TokenUsage(11, 2, 1), model="cluster-model")
+    if step.attempt == 1:
+        msg = "the first attempt fails on the worker"
+        raise ValueError(msg)
+    return "ok"
+
+
 def on_a_dask_worker(ctx: Mapping[str, Any]) -> dict[str, Any]:
     import distributed  # noqa: PLC0415 - only the cluster tests need it
 
@@ -427,3 +436,17 @@ async def test_an_executor_is_checked_before_anything_runs() -> None:
         "got object"
     )
     assert ran == []
+
+
+def test_usage_on_a_dask_worker_comes_back_with_the_result_and_the_exception(
+    dask_executor: Executor,
+) -> None:
+    """Issue 21: a failed attempt's usage travels back with its exception, too."""
+    workflow = Workflow([Step("spend", spends_on_a_dask_worker, retries=1, retry_delay=0)])
+    result = workflow.run_sync(run_id=RUN, executor=dask_executor)
+    assert result.outputs["spend"] == "ok"
+    assert [(r.attempt, r.outcome, r.model) for r in result.spending.entries] == [
+        (1, "failed", "cluster-model"),
+        (2, "ok", "cluster-model"),
+    ]
+    assert result.cost == TokenUsage(22, 4, 2)
