@@ -124,18 +124,23 @@ def _fork_run(  # noqa: PLR0917 - one run's part of the fork, recursing into chi
                 )
             }
         )
-    rebuilt = [n for n in children if n not in checkpoint.children]
-    redo = {index[name] for name in (*own_reruns, *rebuilt)}
+    forked = set(children) - set(checkpoint.children) | {
+        name for name in _inner(inner_overrides, inner_reruns) if name in checkpoint.children
+    }
     dropped = _below(graph, [index[name] for name in own_overrides], include=False)
-    dropped |= _below(graph, sorted(redo))
-    # Each override is recorded in the ledger of its run and, by path, of every run above.
-    rows = tuple(_override_row(name) for name in stored)
-    rows += tuple(
-        _override_row(f"{join_path(name)}/{inner}")
-        for name, (inner_overrides_of, _r) in _inner(inner_overrides, inner_reruns).items()
-        for inner in _paths(inner_overrides_of)
-    )
-    return _assemble(graph, checkpoint, stored, children, dropped, run_id, rows)
+    dropped |= _below(graph, [index[name] for name in own_reruns])
+    for name in sorted(forked):
+        if index[name] in dropped:
+            msg = (
+                f"step {prefix + name!r} is reached into, but it depends on an overridden or "
+                f"re-run step and runs again whole: override or re-run inside it, or above it"
+            )
+            raise RunArgumentError(msg)
+    # A sub-workflow reached into runs again from its forked checkpoint; what depends
+    # on it, too.
+    dropped |= _below(graph, sorted(index[name] for name in forked))
+    children = {**checkpoint.children, **{n: children[n] for n in forked}}
+    return _assemble(graph, checkpoint, stored, children, dropped, run_id, forked)
 
 
 def _assemble(  # noqa: PLR0917 - the parts of one forked checkpoint
@@ -145,7 +150,7 @@ def _assemble(  # noqa: PLR0917 - the parts of one forked checkpoint
     children: dict[str, Any],
     dropped: set[int],
     run_id: str,
-    rows: tuple[LedgerEntry, ...],
+    forked: set[str],
 ) -> WorkflowCheckpoint:
     names = graph.names
     gone = {names[position] for position in dropped} | set(stored)
@@ -163,12 +168,11 @@ def _assemble(  # noqa: PLR0917 - the parts of one forked checkpoint
         kept(checkpoint.pending),
     )
     progress = kept(checkpoint.progress)
-    forked = {n: c for n, c in children.items() if n not in checkpoint.children}
-    kept_children = {**kept(checkpoint.children), **forked}
+    kept_children = {n: c for n, c in children.items() if n not in gone or n in forked}
     described = [*ordered, *progress, *skipped, *items, *pending, *kept_children]
     info = graph.step_info
     step_info: dict[str, Any] = {}
-    if checkpoint.step_info or stored or forked:
+    if checkpoint.step_info or stored or forked:  # (a forked child needs its step's info)
         for name in dict.fromkeys(described):
             entry = info.get(name) if name in stored else checkpoint.step_info.get(name)
             entry = entry if entry is not None else info.get(name)
@@ -176,10 +180,11 @@ def _assemble(  # noqa: PLR0917 - the parts of one forked checkpoint
                 step_info = {}
                 break
             step_info[name] = entry
+    ledger, cost = _ledger(checkpoint, gone | forked, stored, kept_children, forked)
     return WorkflowCheckpoint(
         step_index=len(ordered),
         outputs=ordered,
-        cost=checkpoint.cost,
+        cost=cost,
         version=4,
         run_id=run_id,
         seq=1,
@@ -192,16 +197,52 @@ def _assemble(  # noqa: PLR0917 - the parts of one forked checkpoint
         items=items,
         pending=pending,
         children=kept_children,
-        ledger=(*checkpoint.ledger, *rows),
+        ledger=ledger,
     )
+
+
+def _ledger(
+    checkpoint: WorkflowCheckpoint,
+    gone: set[str],
+    stored: Mapping[str, Any],
+    children: Mapping[str, Any],
+    forked: set[str],
+) -> tuple[tuple[LedgerEntry, ...], TokenUsage]:
+    """The fork's ledger and cost: what its kept outputs cost, and a row per override.
+
+    Rows of dropped and overridden steps stay with the parent; a sub-workflow
+    reached into brings its forked checkpoint's rows, under its path. Usage the
+    parent counted without rows (restored from a format before 4) stays counted.
+    """
+    rows = [row for row in checkpoint.ledger if _top(row.step) not in gone]
+    for name in sorted(forked):
+        prefix = join_path(name)
+        child: WorkflowCheckpoint = children[name]["checkpoint"]
+        rows += [_under(prefix, row) for row in child.ledger]
+    rows += [_override_row(name) for name in stored]
+    cost = checkpoint.cost - _total(checkpoint.ledger) + _total(rows)
+    return tuple(rows), cost
+
+
+def _top(path: str) -> str:
+    return split_path(path)[0] if "/" in path else path
+
+
+def _under(prefix: str, row: LedgerEntry) -> LedgerEntry:
+    return LedgerEntry(
+        f"{prefix}/{row.step}", row.item, row.attempt, row.outcome, row.model, row.usage
+    )
+
+
+def _total(rows: Iterable[LedgerEntry]) -> TokenUsage:
+    total = TokenUsage()
+    for row in rows:
+        total += row.usage
+    return total
 
 
 def _override_row(path: str) -> LedgerEntry:
     return LedgerEntry(path, None, 1, "override", None, _OVERRIDE_ROW_USAGE)
-
-
-def _paths(overrides: Mapping[str, Any]) -> list[str]:
-    return list(overrides)
 
 
 def _split(
@@ -262,10 +303,18 @@ def _child_checkpoint(
         raise RunArgumentError(msg)
     child_graph = graph_of(cast("Workflow", graph.steps[graph.index[name]].run))
     recorded = {n: output[n] for n in child_graph.names if n in output}
+    # The parent's rows of this child (its own path dropped), as the child had them.
+    below = f"{join_path(name)}/"
+    rows = tuple(
+        LedgerEntry(r.step[len(below) :], r.item, r.attempt, r.outcome, r.model, r.usage)
+        for r in checkpoint.ledger
+        if r.step.startswith(below)
+    )
     return WorkflowCheckpoint(
         step_index=len(recorded),
         outputs=recorded,
-        cost=TokenUsage(),
+        cost=_total(rows),
+        ledger=rows,
         version=4,
         run_id=child_run_id(run_id, name, None),
         seq=1,

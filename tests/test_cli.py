@@ -1073,6 +1073,7 @@ def test_inspect_json(cli: Callable[..., Outcome], tmp_path: Path) -> None:
             "steps": {},
         },
         "in_flight": [],
+        "lineage": {},
         "claimed_by": None,
     }
     without = json.loads(cli("inspect", "run.json", "--json").out)

@@ -55,6 +55,7 @@ HOW_TO_PAGES = (
     "docs/how-to/compose-workflows.md",
     "docs/how-to/trace-runs.md",
     "docs/how-to/count-what-you-pay.md",
+    "docs/how-to/fork-a-run.md",
 )
 OWNED_PAGES = (
     "docs/index.md",

@@ -85,6 +85,35 @@ def test_an_override_replaces_one_output_and_drops_only_what_depends_on_it() -> 
     assert all(roundtrip(cp).lineage == fork.lineage for cp in later)
 
 
+def test_a_fork_counts_what_its_kept_outputs_cost_and_the_rest_stays_with_the_parent() -> None:
+    def paid(usage: TokenUsage, value: str) -> Any:
+        def run(ctx: Any) -> Any:
+            return PatternResult(value, cost=usage)
+
+        return run
+
+    workflow = Workflow(
+        [
+            Step("a", paid(TokenUsage(10, 1, 1), "a")),
+            Step("b", paid(TokenUsage(20, 2, 1), "b"), ("a",)),
+            Step("c", paid(TokenUsage(40, 4, 1), "c"), ("b",)),
+            Step("d", paid(TokenUsage(80, 8, 1), "d"), ("a",)),
+        ]
+    )
+    checkpoints: list[WorkflowCheckpoint] = []
+    workflow.run_sync(checkpoint_fn=checkpoints.append)
+    parent = checkpoints[-1]
+    fork = workflow.fork(parent, override={"b": "better b"})
+    # b is overridden and c depends on it: their usage stays with the parent.
+    assert fork.cost == TokenUsage(90, 9, 2)
+    assert sorted({row.step for row in fork.ledger if row.outcome != "override"}) == ["a", "d"]
+    result = workflow.run_sync(resume_from=roundtrip(fork))
+    assert result.spending.restored == TokenUsage(90, 9, 2)
+    assert result.spending.this_call == TokenUsage(40, 4, 1)
+    # Parent and fork together: every call counted once, the re-run c twice (it ran twice).
+    assert parent.cost + result.spending.this_call == TokenUsage(190, 19, 5)
+
+
 def test_rerun_drops_the_step_and_everything_below_it() -> None:
     checkpoints: list[WorkflowCheckpoint] = []
     chain().run_sync(checkpoint_fn=checkpoints.append)

@@ -55,6 +55,7 @@ DOCUMENTED: dict[str, Any] = {
     "workflow.run": Workflow.run,
     "workflow.run_sync": Workflow.run_sync,
     "workflow.plan": Workflow.plan,
+    "workflow.fork": Workflow.fork,
     "Step": Step,
     "Step.map": Step.map,
     "Step.ask": Step.ask,

@@ -1,6 +1,6 @@
 """The ``executionkit`` command line (``python -m executionkit``).
 
-Commands: ``demo``, ``run``, ``inspect`` and ``graph``. Exit codes: 0 done, 1 a
+Commands: ``demo``, ``run``, ``inspect``, ``graph`` and ``fork``. Exit codes: 0 done, 1 a
 step failed (or a checkpoint could not be saved), 2 usage or bad input, 3 the run
 waits for answers to its questions (`Step.ask`), 4 another process owns the run or
 saved it since it was loaded (nothing ran), 130 interrupted (Ctrl-C), 143
@@ -9,7 +9,7 @@ terminated (SIGTERM). Bad input is reported as one
 imports (stores, progress, the demo) stay inside the commands, so that
 ``executionkit --help`` and ``inspect`` start quickly.
 
-One module per command (``_run``, ``_inspect``, ``_graph``), with what they share
+One module per command (``_run``, ``_inspect``, ``_graph``, ``_fork``), with what they share
 in ``_load`` (workflows, checkpoint files, inputs), ``_questions`` (answers given and
 questions pending) and ``_text`` (terminal-safe text).
 """
@@ -30,6 +30,7 @@ from executionkit._cli._exits import (
     EXIT_USAGE,
     CliError,
 )
+from executionkit._cli._fork import fork_command
 from executionkit._cli._graph import dot, graph_command, mermaid, step_statuses
 from executionkit._cli._inspect import describe, inspect_command
 from executionkit._cli._parser import build_parser
@@ -62,6 +63,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": run_command,
     "inspect": inspect_command,
     "graph": graph_command,
+    "fork": fork_command,
 }
 
 

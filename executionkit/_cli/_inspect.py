@@ -10,6 +10,7 @@ import dataclasses
 import shlex
 from typing import TYPE_CHECKING, Any
 
+from executionkit._checkpoint_v4 import lineage_dict
 from executionkit._cli._exits import EXIT_OK, CliError
 from executionkit._cli._load import load_workflow
 from executionkit._cli._location import PASSWORD, DatabaseLocation, FileLocation, parse_location
@@ -269,6 +270,7 @@ def describe(
         "outputs": {name: preview(outputs[name]) for name in names},
         "spending": _spending(checkpoint),
         "in_flight": [list(attempt) for attempt in checkpoint.in_flight],
+        "lineage": lineage_dict(checkpoint.lineage),
     }
 
 
@@ -387,7 +389,21 @@ def _heading(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
     keys = summary["context_keys"]
     if keys:
         fields.append(("context", f"{', '.join(map(show, keys))} (key names only, never values)"))
+    if summary["lineage"]:  # only a fork's (Workflow.fork)
+        fields.append(("lineage", _lineage_text(summary["lineage"])))
     return fields
+
+
+def _lineage_text(lineage: Mapping[str, Any]) -> str:
+    """``forked from run 'p' seq 4; overridden: count; re-run: translate; note: ...``."""
+    parts = [f"forked from run {show(lineage['parent_run_id'])} seq {lineage['parent_seq']}"]
+    if lineage["overridden"]:
+        parts.append(f"overridden: {', '.join(map(show, lineage['overridden']))}")
+    if lineage["rerun"]:
+        parts.append(f"re-run: {', '.join(map(show, lineage['rerun']))}")
+    if lineage["note"] is not None:
+        parts.append(f"note: {one_line(lineage['note'])}")
+    return "; ".join(parts)
 
 
 def _steps_text(summary: Mapping[str, Any]) -> str:

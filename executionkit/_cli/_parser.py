@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from executionkit import __version__
 
@@ -50,8 +51,24 @@ of step names to answers; --answer wins over a key of the file).
 {_EXIT_CODES}"""
 
 
+_FORK_EPILOG = f"""\
+The parent's checkpoint is the latest of its run, or the one --seq N names
+(inspect --history lists them). Each --override VALUE is read as --answer reads
+one: JSON, else a string (summarize='"text"' and summarize=text are the same
+string). Everything that depends on an overridden or re-run step is dropped
+from the fork, so resuming it runs exactly those steps.
+
+A database holds many runs: the fork is saved there under its own run id, and
+--run (or ?run_id=) names the parent when the database holds more than one. A
+JSON or JSON Lines file holds one run: the fork is saved to a new file beside
+it, named after the fork's run id (run.json -> run.RUN_ID.json). The parent is
+never changed. The command that resumes the fork is printed.
+
+{_READ_EXIT_CODES}"""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The ``executionkit`` argument parser, with its four commands."""
+    """The ``executionkit`` argument parser, with its five commands."""
     parser = argparse.ArgumentParser(
         prog="executionkit",
         description="Resumable workflows of expensive steps, checkpointed where you like.",
@@ -181,6 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="show the run's checkpoint of seq N instead of its latest (--history lists them)",
     )
 
+    _add_fork(commands)
+
     graph = commands.add_parser(
         "graph",
         help="print the workflow's dependency graph (Mermaid or Graphviz dot)",
@@ -206,3 +225,57 @@ def build_parser() -> argparse.ArgumentParser:
         help="mermaid (renders on GitHub; the default) or dot (Graphviz)",
     )
     return parser
+
+
+def _add_fork(commands: Any) -> None:
+    """The ``fork`` command: a new run from a checkpoint, outputs fixed by hand."""
+    fork = commands.add_parser(
+        "fork",
+        help="make a new run from a checkpoint, with outputs fixed by hand or steps re-run",
+        description=(
+            "Import MODULE:ATTR, fork the run --checkpoint holds (Workflow.fork) and save\n"
+            "the fork's first checkpoint beside it, then print the command that resumes it."
+        ),
+        epilog=_FORK_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    fork.add_argument("workflow", metavar="MODULE:ATTR", help="the workflow of the run")
+    fork.add_argument(
+        "--checkpoint",
+        metavar="LOCATION",
+        required=True,
+        help=(
+            "the parent run: a JSON file (JSON Lines when it ends in .jsonl), or a database, "
+            "sqlite:///path.db or postgresql://..., with ?run_id=NAME or --run"
+        ),
+    )
+    fork.add_argument(
+        "--run", metavar="RUN", help="the parent run in a database that holds several"
+    )
+    fork.add_argument(
+        "--seq",
+        type=int,
+        metavar="N",
+        help="fork the run's checkpoint of seq N instead of its latest",
+    )
+    fork.add_argument(
+        "--override",
+        metavar="STEP=VALUE",
+        action="append",
+        default=[],
+        help=(
+            "put VALUE (JSON, else a string) in place of STEP's output; a path sub/step "
+            "reaches into a sub-workflow; repeat for more"
+        ),
+    )
+    fork.add_argument(
+        "--rerun",
+        metavar="STEP",
+        action="append",
+        default=[],
+        help="drop STEP's output so the fork runs it again, with what depends on it; repeat",
+    )
+    fork.add_argument(
+        "--run-id", metavar="NEW", help="the fork's run id (a new random one if not given)"
+    )
+    fork.add_argument("--note", metavar="TEXT", help="why the fork was made, kept in its lineage")

@@ -51,7 +51,7 @@ class GivenAnswers:
                 msg = f"--answer {name!r} is given twice"
                 raise CliError(msg)
             named.add(name)
-            self.values[name] = _answer_value(name, text)
+            self.values[name] = flag_value("--answer", name, text)
             self.sources[name] = f"--answer {show(name)}"
 
     def __bool__(self) -> bool:
@@ -75,23 +75,31 @@ class GivenAnswers:
         return None
 
 
-def _answer_value(name: str, text: str) -> object:
-    """``text`` read as JSON; any text that is not JSON is the string itself."""
+_GIVE = {"--answer": "answer with"}
+
+
+def flag_value(flag: str, name: str, text: str) -> object:
+    """``text`` of ``flag NAME=TEXT`` read as JSON; any text that is not JSON is the string itself.
+
+    Raises:
+        CliError: For strict JSON no checkpoint could hold (``NaN``, an integer too
+            long, a lone surrogate), or text that is not Unicode.
+    """
     try:
         value = parse_json(text)
     except json.JSONDecodeError:
         value = text
     except ValueError as exc:  # NaN, an integer too long, a lone surrogate: JSON, not plain
         msg = (
-            f"--answer {show(name)}: {exc}; to answer with the text itself, quote it as a "
-            f"JSON string"
+            f"{flag} {show(name)}: {exc}; to {_GIVE.get(flag, 'give')} the text itself, quote it "
+            f"as a JSON string"
         )
         raise CliError(msg) from None
     if isinstance(value, str):
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:  # bytes that are not UTF-8, in the shell's argument
-            msg = f"--answer {show(name)}: the value is not Unicode text"
+            msg = f"{flag} {show(name)}: the value is not Unicode text"
             raise CliError(msg) from None
     return value
 
