@@ -433,3 +433,27 @@ def test_a_resumed_fork_equals_a_fresh_run_with_the_override_as_a_stub(
     oracle = fresh_with_stubs(workflow, {}, override, schedule)
     assert dict(result.outputs) == dict(oracle.outputs)
     assert result.spending.restored == parent.cost
+
+
+def test_a_question_below_an_override_is_asked_again() -> None:
+    workflow = Workflow(
+        [
+            Step("draft", lambda ctx: "draft"),
+            Step.ask("approve", lambda ctx: f"publish {ctx['draft']}?", depends_on=("draft",)),
+            Step("publish", lambda ctx: f"published {ctx['draft']}", ("approve",)),
+        ]
+    )
+    checkpoints: list[WorkflowCheckpoint] = []
+    workflow.run_sync(run_id="p", checkpoint_fn=checkpoints.append)
+    workflow.run_sync(
+        run_id="p",
+        resume_from=checkpoints[-1],
+        answers={"approve": "yes"},
+        checkpoint_fn=checkpoints.append,
+    )
+    assert checkpoints[-1].outputs["publish"] == "published draft"
+    fork = workflow.fork(checkpoints[-1], override={"draft": "better"})
+    assert "approve" not in fork.outputs
+    assert workflow.plan(resume_from=fork).questions == ("approve",)
+    suspended = workflow.run_sync(resume_from=roundtrip(fork))
+    assert dict(suspended.pending) == {"approve": "publish better?"}
