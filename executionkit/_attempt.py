@@ -143,7 +143,6 @@ class Attempts:
         "_landing",
         "_ledger",
         "_maps",
-        "_open",
         "_outputs",
         "_pending",
         "_record",
@@ -188,7 +187,6 @@ class Attempts:
         # Every attempt opens a spend in the ledger; the record counts what it cost.
         self._record = record
         self._ledger: Ledger = record.ledger
-        self._open = record.ledger.open
         # Steps that are not called as they are: maps (per item), asks (a question) and
         # sub-workflows (a child run).
         self._special = graph.maps | graph.asks | graph.workflows
@@ -221,7 +219,6 @@ class Attempts:
             else:
                 # The common case, kept lean (no coroutine of its own): one attempt,
                 # nothing to time.
-                self._open[step.name, None] = 1  # the ledger's open attempt (Ledger.begin)
                 token = CURRENT_STEP.set((self._host, step.name, self._run_id, 1, 1))
                 try:
                     executor = self._executor
@@ -267,7 +264,6 @@ class Attempts:
         view = ContextView(self._graph, position, self._context, self._outputs)
         current = StepContext(self._host, step.name, self._run_id, 1, 1)
         ending: Ending = VALUE
-        self._open[step.name, None] = 1  # the ledger's open attempt (Ledger.begin)
         try:
             result = self._caller_context.copy().run(_call_as, current, step.run, view)
         except BaseException as exc:  # noqa: BLE001 - sorted by caught(), the one ladder
@@ -339,7 +335,6 @@ class Attempts:
             )
         # The common case, kept lean (no coroutine of its own): one attempt, nothing to time.
         run: Any = step.run
-        self._open[step.name, key] = 1  # the ledger's open attempt (Ledger.begin)
         token = CURRENT_STEP.set((self._host, step.name, self._run_id, 1, 1, key))
         try:
             result = run(item, view)

@@ -554,7 +554,10 @@ def _ledger(fields: dict[str, Any]) -> Any:
 
 
 def _new_ledger(fields: dict[str, Any]) -> Any:
-    return tuple(fields["_shared"].ledger[fields["_rows_since"] : fields["_rows"]])
+    since = fields.get("_rows_since")
+    if since is None:
+        return ()
+    return tuple(fields["_shared"].ledger[since : fields["_rows"]])
 
 
 def _in_flight(fields: dict[str, Any]) -> Any:

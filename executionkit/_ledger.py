@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from executionkit._types import TokenUsage
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
 __all__ = ["OUTCOMES", "WASTED", "ZERO", "Ledger", "LedgerEntry", "Spend", "Spending"]
 
@@ -113,10 +113,15 @@ class Spend:
         return totals
 
 
+def _never(step: str, key: str | None) -> bool:
+    del step, key
+    return False
+
+
 class Ledger:
     """The ledger of one run: its rows (restored and new) and the attempts open now."""
 
-    __slots__ = ("entries", "late", "open", "restored")
+    __slots__ = ("ended", "entries", "late", "open", "restored")
 
     def __init__(self, restored: Iterable[LedgerEntry] = ()) -> None:
         self.entries: list[LedgerEntry] = list(restored)
@@ -124,6 +129,8 @@ class Ledger:
         # (step, item key) -> its attempt running now: the attempt's number until it
         # reports usage (no object per attempt for steps that never do), then its Spend.
         self.open: dict[tuple[str, str | None], int | Spend] = {}
+        # Whether the attempt of a step (item) has ended: set by the run's record.
+        self.ended: Callable[[str, str | None], bool] = _never
         # Usage reported after its attempt ended, waiting for the loop to book it.
         self.late: list[LedgerEntry] = []
 
@@ -134,12 +141,19 @@ class Ledger:
     def add(
         self, step: str, key: str | None, attempt: int, usage: TokenUsage, model: str | None
     ) -> None:
-        """Usage reported by a running attempt (from any thread)."""
+        """Usage reported by a running attempt (from any thread).
+
+        An attempt is open from its first report (a single attempt) or from
+        `begin` (an attempt of a step that retries or times out), until `close`.
+        Usage of an attempt that already ended (``ended(step, key)``, given by
+        the run) is booked as ``"late"``.
+        """
         opened = self.open.get((step, key))
-        if type(opened) is int and opened == attempt:
+        if not isinstance(opened, Spend) or opened.attempt != attempt:
             with _FIRST_REPORT:  # two threads of one attempt may report first at once
                 opened = self.open.get((step, key))
-                if type(opened) is int and opened == attempt:
+                fresh = opened is None and not self.ended(step, key)
+                if fresh or (type(opened) is int and opened == attempt):
                     opened = self.open[step, key] = Spend(attempt)
         if isinstance(opened, Spend) and opened.attempt == attempt:
             opened.add(usage, model)
@@ -183,8 +197,20 @@ class Ledger:
             return 1
         return opened if type(opened) is int else opened.attempt  # type: ignore[union-attr]
 
-    def book_late(self) -> TokenUsage:
-        """Write the rows of usage reported late; return their total."""
+    def book_late(self, *, closing: bool = False) -> TokenUsage:
+        """Write the rows of usage reported late; return their total.
+
+        ``closing``: the run has stopped every attempt, so a spend still open
+        got its usage after its attempt ended: it is late too.
+        """
+        if closing and self.open:
+            for (step, key), opened in list(self.open.items()):
+                if isinstance(opened, Spend):
+                    for model, usage in opened.by_model(None).items():
+                        self.late.append(
+                            LedgerEntry(step, key, opened.attempt, "late", model, usage)
+                        )
+            self.open.clear()
         if not self.late:
             return _ZERO
         late, self.late = self.late, []

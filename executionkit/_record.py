@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from executionkit._checkpoint import SharedFields, WorkflowCheckpoint, trusted_checkpoint
 from executionkit._errors import BudgetExceeded, WorkflowFailed, error_text
-from executionkit._ledger import ZERO, Ledger, Spend, Spending
+from executionkit._ledger import ZERO, Ledger, Spending
 from executionkit._plain import plain_copy
 from executionkit._questions import join_path
 from executionkit._result import WorkflowResult
@@ -132,6 +132,7 @@ class Record:
     ) -> None:
         """The cost ledger (restored rows first), what is in flight, the shared fields."""
         self.ledger = Ledger(state.ledger)
+        self.ledger.ended = self._attempt_ended
         self._open = self.ledger.open
         # What a checkpoint lists as in flight: attempts running, steps about to start.
         self.in_flight = InFlight(self)
@@ -155,6 +156,18 @@ class Record:
         self._rows = 0 if resumed is None else len(resumed.ledger)
         if len(self.ledger.entries) != self._rows:
             self.changes += 1  # the unknown attempts: saved by the first checkpoint
+
+    def _attempt_ended(self, name: str, key: str | None) -> bool:
+        """Whether step ``name`` (item ``key``) has ended: usage reported now is late."""
+        if key is not None:
+            return key in self.items.recorded(name)
+        position = self.graph.index.get(name)
+        return (
+            name in self.outputs
+            or position in self.landed
+            or position in self.failures
+            or name in self.skips.skipped
+        )
 
     def _answer(self, answers: Mapping[str, Any]) -> None:
         """Apply the run's answers, each the output of its ask step (checked first)."""
@@ -221,8 +234,7 @@ class Record:
                 return None
         else:
             stored = result
-        if reported is None and type(self._open.get((name, None))) is not Spend:
-            self._open.pop((name, None), None)
+        if reported is None and not self._open:
             cost = _ZERO  # the common case: nothing reported, so no ledger row
         else:
             cost = self.ledger.close(name, None, "ok", reported)
@@ -286,9 +298,12 @@ class Record:
         """What the last attempt of ``name`` (item ``key``) that failed spent; forget it."""
         return self.last_waste.pop((name, key), _ZERO) if self.last_waste else _ZERO
 
-    def book_late(self) -> None:
-        """Count usage reported after its attempt ended (by a thread left running)."""
-        late = self.ledger.book_late()
+    def book_late(self, *, closing: bool = False) -> None:
+        """Count usage reported after its attempt ended (by a thread left running).
+
+        ``closing``: every attempt of the run has stopped (see `Ledger.book_late`).
+        """
+        late = self.ledger.book_late(closing=closing)
         if late is not _ZERO:
             self.cost += late
             self.changes += 1
@@ -378,14 +393,19 @@ class Record:
             "_shared": self.shared,
             "_since": since,
             "_rows": rows,
-            "_rows_since": rows_since,
             "_ns": time.time_ns(),
         }
-        if ledger.open or self.in_flight.maps or self.landed:
-            fields["in_flight"] = self.in_flight.now()
-        elif self.in_flight.next_up:
-            # Only steps about to start: in_flight is computed when read.
-            fields["_next"] = self.in_flight.pending()
+        if rows != rows_since:
+            fields["_rows_since"] = rows_since  # new_ledger: the rows since (none without)
+        in_flight = self.in_flight
+        if ledger.open or in_flight.maps or self.landed:
+            fields["in_flight"] = in_flight.now()
+        elif in_flight.next_up:
+            # Only steps about to start: in_flight is computed when read (none of them
+            # ended since they were listed while nothing changed).
+            fields["_next"] = (
+                in_flight.next_up if in_flight.listed_at == self.changes else in_flight.pending()
+            )
         if self.failures:
             fields["errors"] = self._error_texts()
         if self.landed or self.progress or self._reported:

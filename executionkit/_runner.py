@@ -205,8 +205,9 @@ class Run(Landing):
         record = self._record
         save = self._checkpointer.save
         policies = self._policies
+        in_flight = record.in_flight
         ready = frontier.initial()
-        record.in_flight.coming(ready)
+        in_flight.coming(ready)
         left: list[int] = []
         while ready and policies.may_begin_batch():
             if len(ready) == 1 and ready[0] not in self._inline_steps and policies.may_start():
@@ -221,8 +222,10 @@ class Run(Landing):
                 recorded = record.merge()
             ready = frontier.complete(recorded)
             # In the checkpoint's in_flight: they start next (if anything does).
-            upcoming = ready if policies.may_begin_batch() else None
-            record.in_flight.coming(upcoming, after_batch=True)
+            # In the checkpoint's in_flight: they start next (if anything does). The
+            # batch's list is never changed after this (InFlight.coming, after a batch).
+            in_flight.next_up = ready if policies.may_begin_batch() else []
+            in_flight.listed_at = record.changes
             await save()
         self._more = self._more or bool(ready or left)
 
@@ -441,7 +444,7 @@ class Run(Landing):
             self._interrupt = self._interrupt or asyncio.CancelledError()
         running.close()
         record.merge()
-        record.book_late()
+        record.book_late(closing=True)
         record.in_flight.coming(None)  # nothing starts after this: the last checkpoint lists none
         checkpointer = self._checkpointer
         saved, error = await checkpointer.save_through() if checkpointer.saves else (False, None)

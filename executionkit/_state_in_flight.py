@@ -23,7 +23,7 @@ Attempt = tuple[str, "str | None", int]
 class InFlight:
     """The room of a run's record that knows what may be spending now."""
 
-    __slots__ = ("_listed_at", "_record", "maps", "next_up")
+    __slots__ = ("_record", "listed_at", "maps", "next_up")
 
     def __init__(self, record: Record) -> None:
         self._record = record
@@ -33,7 +33,7 @@ class InFlight:
         self.maps: set[int] = set()
         # The record's change count when next_up was last pruned: nothing ended since
         # while it is unchanged (every ending is a change).
-        self._listed_at = -1
+        self.listed_at = -1
 
     def coming(self, ready: list[int] | None, *, after_batch: bool = False) -> None:
         """Steps about to start; None: no step starts any more.
@@ -53,7 +53,7 @@ class InFlight:
             listed = [p for p in listed if not ended(p)]
             listed += [p for p in ready if p not in listed]
             self.next_up = listed
-        self._listed_at = self._record.changes
+        self.listed_at = self._record.changes
 
     def pending(self) -> list[int]:
         """The steps about to start that have not ended since they were listed.
@@ -63,9 +63,9 @@ class InFlight:
         """
         listed = self.next_up
         changes = self._record.changes
-        if changes == self._listed_at:
+        if changes == self.listed_at:
             return listed
-        self._listed_at = changes
+        self.listed_at = changes
         ended = self._ended
         for position in listed:
             if ended(position):
