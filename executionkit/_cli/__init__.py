@@ -1,6 +1,7 @@
 """The ``executionkit`` command line (``python -m executionkit``).
 
-Commands: ``demo``, ``run``, ``inspect``, ``graph`` and ``fork``. Exit codes: 0 done, 1 a
+Commands: ``demo``, ``run``, ``inspect``, ``graph``, ``fork`` and ``serve``. Exit codes: 0
+done, 1 a
 step failed (or a checkpoint could not be saved), 2 usage or bad input, 3 the run
 waits for answers to its questions (`Step.ask`), 4 another process owns the run or
 saved it since it was loaded (nothing ran), 130 interrupted (Ctrl-C), 143
@@ -59,11 +60,19 @@ __all__ = [
     "step_statuses",
 ]
 
+
+def _serve(args: argparse.Namespace) -> int:
+    from executionkit._serve import serve_command  # noqa: PLC0415 - keep CLI start-up light
+
+    return serve_command(args)
+
+
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": run_command,
     "inspect": inspect_command,
     "graph": graph_command,
     "fork": fork_command,
+    "serve": _serve,
 }
 
 

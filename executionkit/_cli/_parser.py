@@ -68,7 +68,7 @@ never changed. The command that resumes the fork is printed.
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``executionkit`` argument parser, with its five commands."""
+    """The ``executionkit`` argument parser, with its six commands."""
     parser = argparse.ArgumentParser(
         prog="executionkit",
         description="Resumable workflows of expensive steps, checkpointed where you like.",
@@ -224,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="mermaid",
         help="mermaid (renders on GitHub; the default) or dot (Graphviz)",
     )
+    _add_serve(commands)
     return parser
 
 
@@ -279,3 +280,59 @@ def _add_fork(commands: Any) -> None:
         "--run-id", metavar="NEW", help="the fork's run id (a new random one if not given)"
     )
     fork.add_argument("--note", metavar="TEXT", help="why the fork was made, kept in its lineage")
+
+
+_SERVE_EPILOG = """\
+The page lists every run of LOCATION, newest first, with its status (running,
+waiting, failed or finished), and shows each run: its graph, its steps, the
+items of its maps, the questions it waits for. A page of a running run follows
+it without a reload. Without --workflow the pages are read-only and show the
+command that answers a question; with it, a question is answered on the page and
+the run resumes in this process, under its claim (--input and --inputs-json give
+the initial-context values it needs, as for run: values are never stored).
+
+Only requests addressed to HOST:PORT are answered, and every form carries a
+token of this server. Ctrl-C stops it (exit 130), SIGTERM too (exit 143);
+a run resumed here is stopped first, with what completed saved.
+"""
+
+
+def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = commands.add_parser(
+        "serve",
+        help="a local web page to watch runs and answer their questions",
+        description=(
+            "Serve a page over the runs of LOCATION (a checkpoint file, or a database:\n"
+            "sqlite:///path.db, postgresql://...). Prints 'serving http://HOST:PORT/'."
+        ),
+        epilog=_SERVE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve.add_argument(
+        "location",
+        metavar="LOCATION",
+        help="a JSON or JSON Lines checkpoint file, or a database (sqlite:///x.db)",
+    )
+    serve.add_argument(
+        "--workflow",
+        metavar="MODULE:ATTR",
+        help="the runs' workflow: shows their totals, and answers questions from the page",
+    )
+    serve.add_argument(
+        "--input",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="an initial-context value for the runs resumed here (a string); repeat",
+    )
+    serve.add_argument(
+        "--inputs-json",
+        metavar="FILE",
+        help="a JSON object of initial-context values for the runs resumed here",
+    )
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)"
+    )
+    serve.add_argument(
+        "--port", type=int, default=8765, help="the port (default 8765; 0 picks a free one)"
+    )
