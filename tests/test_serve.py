@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 TESTS = Path(__file__).resolve().parent
+USAGE = {"input_tokens": 100, "output_tokens": 50, "llm_calls": 4}
 
 
 @pytest.fixture(autouse=True)
@@ -429,3 +430,52 @@ def test_the_module_is_importable_by_path() -> None:
     assets = resources.files("executionkit._serve").joinpath("assets")
     assert {item.name for item in assets.iterdir()} >= {"serve.css", "serve.js"}
     assert (ROOT / "executionkit" / "_serve" / "assets" / "serve.js").exists()
+
+
+def test_a_map_of_sub_workflows_links_each_item_in_progress(tmp_path: Path) -> None:
+    """Each item of a map of sub-workflows waiting for an answer opens its own view."""
+    inner = Workflow([Step.ask("ok", lambda ctx: "fine?")])
+    outer = Workflow(
+        [Step("keys", lambda ctx: ["a/b", "c"]), Step.map("each", inner, over="keys")]
+    )
+    store = SQLiteStore(tmp_path / "runs.db")
+    _run(outer, store, "mapped")
+    with flows.serving(f"sqlite:///{tmp_path / 'runs.db'}", outer, "x:y") as served:
+        _, _, page = _request(served.url, "/run?id=mapped")
+        assert "items in progress:" in page
+        assert "child=each%2F0" in page
+        status, _, child = _request(served.url, "/run?id=mapped&child=each%2F1")
+        assert status == 200
+        assert "fine?" in child
+        assert _request(served.url, "/run?id=mapped&child=each")[0] == 404
+
+
+def test_a_checkpoint_without_run_id_is_shown(tmp_path: Path) -> None:
+    """An ExecutionKit 0.4 checkpoint (no run_id) is listed and opened by an empty id."""
+    path = tmp_path / "old.json"
+    path.write_text(
+        json.dumps({"step_index": 3, "outputs": {"a": 1}, "cost": USAGE}), encoding="utf-8"
+    )
+    with flows.serving(str(path)) as served:
+        _, _, runs = _request(served.url, "/")
+        assert '<a href="/run?id=">(no run id)</a>' in runs
+        status, _, page = _request(served.url, "/run?id=")
+        assert status == 200
+        assert "(no run id)" in page
+
+
+def test_a_failure_while_serving_is_a_page(
+    waiting_db: tuple[str, SQLiteStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unexpected error answers 500 with its type and message, and the server goes on."""
+    with flows.serving(waiting_db[0]) as served:
+
+        def broken(page: int) -> None:
+            msg = "a bug"
+            raise RuntimeError(msg)
+
+        monkeypatch.setattr(served.app, "runs_page", broken)
+        status, _, page = _request(served.url, "/")
+        assert status == 500
+        assert "RuntimeError: a bug" in page
+        assert _request(served.url, "/run?id=review")[0] == 200

@@ -15,6 +15,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
+from executionkit._questions import join_path
 from executionkit._serve._svg import graph_svg
 from executionkit._terminal import json_text
 
@@ -247,10 +248,19 @@ def _items(step: StepView) -> str:
 
 
 def _child(run: RunPage, step: StepView) -> str:
-    if not step.child:
+    """Links to the views of the step's sub-workflows in progress (a map's: the first 20)."""
+    path = join_path(step.name) if run.child is None else f"{run.child}/{join_path(step.name)}"
+    if step.child:
+        return f'<p class="child">{run_link(run.page_id, "open its run", child=path)}</p>'
+    if not step.child_items:
         return ""
-    path = step.name if run.child is None else f"{run.child}/{step.name}"
-    return f'<p class="child">{run_link(run.page_id, "open its run", child=path)}</p>'
+    links = ", ".join(
+        run_link(run.page_id, f"item {key}", child=f"{path}/{join_path(key)}")
+        for key in step.child_items[:SHOWN_FAILED_KEYS]
+    )
+    more = len(step.child_items) - SHOWN_FAILED_KEYS
+    rest = f" and {more:,} more" if more > 0 else ""
+    return f'<p class="child">items in progress: {links}{rest}</p>'
 
 
 def message_main(title: str, message: str, extra: str = "") -> str:

@@ -23,6 +23,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 from executionkit._cli._exits import CliError
 from executionkit._cli._questions import flag_value
+from executionkit._cli._text import error_text, say
 from executionkit._serve._html import document, message_main
 from executionkit._serve._runs import Unreadable
 
@@ -64,7 +65,10 @@ class Handler(BaseHTTPRequestHandler):
         if not self._host_ok():
             return
         parts = urlsplit(self.path)
-        query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
+        query = {
+            key: values[-1]
+            for key, values in parse_qs(parts.query, keep_blank_values=True).items()
+        }
         app = self.server.app
         try:
             if parts.path == "/":
@@ -81,6 +85,9 @@ class Handler(BaseHTTPRequestHandler):
             self._error(HTTPStatus.INTERNAL_SERVER_ERROR, "Cannot read the location", str(exc))
         except LookupError as exc:
             self._error(HTTPStatus.NOT_FOUND, "Not found", str(exc.args[0]))
+        except Exception as exc:  # noqa: BLE001 - a bug of ours or a store's: a page, a line
+            say(f"{parts.path}: {error_text(exc)}")
+            self._error(HTTPStatus.INTERNAL_SERVER_ERROR, "Server error", error_text(exc))
 
     def do_POST(self) -> None:
         """Answer a question: checked, then the run resumed (or refused, with why)."""
@@ -92,7 +99,7 @@ class Handler(BaseHTTPRequestHandler):
             self._error(HTTPStatus.BAD_REQUEST, "Bad request", "a form of at most 1 MiB")
             return
         body = self.rfile.read(int(length)).decode("utf-8", "replace")
-        form = {key: values[-1] for key, values in parse_qs(body).items()}
+        form = {key: values[-1] for key, values in parse_qs(body, keep_blank_values=True).items()}
         if not hmac.compare_digest(form.get("token", "").encode(), app.token.encode()):
             self._error(
                 HTTPStatus.FORBIDDEN, "Refused", "the form lacks this server's token: reload it"

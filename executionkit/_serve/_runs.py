@@ -205,6 +205,7 @@ class StepView:
     error: str | None
     items: MapView | None
     child: bool  # a sub-workflow in progress, with a view of its own
+    child_items: tuple[str, ...] = ()  # the keys of a map's sub-workflows in progress
 
 
 def step_views(
@@ -262,6 +263,7 @@ def step_views(
                 checkpoint.errors.get(name),
                 items,
                 "checkpoint" in checkpoint.children.get(name, {}),
+                tuple(checkpoint.children.get(name, {}).get("items", {})),
             )
         )
     return views
