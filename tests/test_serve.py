@@ -26,7 +26,7 @@ from executionkit import Step, Workflow, WorkflowFailed
 from executionkit._serve import allowed_hosts
 from executionkit._serve._runs import StepView
 from executionkit._serve._svg import levels
-from executionkit.stores import JsonFileStore, JsonLinesStore, SQLiteStore
+from executionkit.stores import JsonFileStore, JsonLinesStore, PostgresStore, SQLiteStore
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -479,3 +479,26 @@ def test_a_failure_while_serving_is_a_page(
         assert status == 500
         assert "RuntimeError: a bug" in page
         assert _request(served.url, "/run?id=review")[0] == 200
+
+
+def test_a_postgresql_database_is_served_and_answered(pg_uri: str) -> None:
+    """Over PostgreSQL too: runs listed with their status, a question answered by the form."""
+    store = PostgresStore(pg_uri)
+    try:
+        _run(flows.failing(), store, "broken")
+        _run(flows.approval(), store, "review")
+    finally:
+        store.close()
+    with flows.serving(pg_uri, flows.approval(), "serve_workflows:approval") as served:
+        _, _, runs = _request(served.url, "/")
+        assert re.search(r"review</a></td><td><span class=\"status status-waiting\">", runs)
+        assert re.search(r"broken</a></td><td><span class=\"status status-failed\">", runs)
+        _, _, page = _request(served.url, "/run?id=review")
+        form = {"token": _token(page), "run": "review", "path": "approve", "value": "no"}
+        flows.gate("publish").set()
+        status, _, _ = _request(served.url, "/answer", method="POST", form=form)
+        assert status == 303
+        served.app.resumer.stop()
+        _, _, page = _request(served.url, "/run?id=review")
+        assert "status-finished" in page
+        assert "published: no" in page

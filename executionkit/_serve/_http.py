@@ -158,8 +158,8 @@ class Handler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.OK, "application/json", data)
             return
         url = None
-        if live:
-            url = self.path + ("&" if "?" in self.path else "?") + "live=1"
+        if live:  # rebuilt from what was parsed: only ever a path on this server
+            url = f"{urlsplit(self.path).path}?{urlencode({**query, 'live': '1'})}"
         page = document(title, self.server.app.header, main, live=url)
         self._send(HTTPStatus.OK, "text/html; charset=utf-8", page)
 
