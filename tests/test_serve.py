@@ -352,6 +352,17 @@ def test_an_empty_or_broken_location(tmp_path: Path) -> None:
         assert "broken.json" in page
 
 
+def test_a_failed_run_links_to_its_failed_step(tmp_path: Path) -> None:
+    """A failed run's page names its failed step, linked to its row, with the error."""
+    store = SQLiteStore(tmp_path / "runs.db")
+    _run(flows.failing(), store, "broken")
+    with flows.serving(f"sqlite:///{tmp_path / 'runs.db'}", flows.failing(), "x:y") as served:
+        _, _, page = _request(served.url, "/run?id=broken")
+    assert '<dt>failed</dt><dd><a href="#step-1">parse</a></dd>' in page
+    assert '<tr class="step-row" id="step-1" data-step="parse">' in page
+    assert "RuntimeError: the model answered nonsense" in page
+
+
 def test_a_run_that_stopped_early_is_failed_with_the_workflow(tmp_path: Path) -> None:
     """With the workflow, a run that recorded neither all steps nor a question is ``failed``."""
     store = SQLiteStore(tmp_path / "runs.db")

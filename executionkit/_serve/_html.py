@@ -138,6 +138,13 @@ def run_main(run: RunPage) -> str:
             ),
         ),
     ]
+    failed = [
+        f'<a href="#step-{number}">{escape(step.name)}</a>'
+        for number, step in enumerate(run.steps)
+        if step.status == "failed"
+    ]
+    if failed:
+        facts.append(("failed", ", ".join(failed)))
     if checkpoint.context_keys:
         keys = ", ".join(escape(key) for key in checkpoint.context_keys)
         facts.append(("inputs", f"{keys} (names only: values are never stored)"))
@@ -196,13 +203,13 @@ def _questions(run: RunPage) -> str:
 
 def _steps_table(run: RunPage) -> str:
     rows = []
-    for step in run.steps:
+    for number, step in enumerate(run.steps):
         seen = run.events.steps.get(step.name)
         attempts = "-" if seen is None or not seen.attempts else str(seen.attempts)
         duration = "-" if seen is None or seen.duration is None else f"{seen.duration:.2f} s"
         tokens = "-" if seen is None or seen.tokens is None else f"{seen.tokens:,}"
         rows.append(
-            f'<tr class="step-row" data-step="{escape(step.name)}">'
+            f'<tr class="step-row" id="step-{number}" data-step="{escape(step.name)}">'
             f'<td class="step-name">{escape(step.name)}</td><td>{escape(step.kind)}</td>'
             f"<td>{status_word(step.status)}</td>"
             f'<td class="number">{attempts}</td><td class="number">{duration}</td>'
