@@ -9,7 +9,9 @@ that a test's end never leaves a step blocked.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from executionkit import PatternResult, Step, TokenUsage, Workflow
@@ -200,3 +202,20 @@ class _Serving:
         finally:
             if self.app.resumer is not None:
                 self.app.resumer.stop()
+
+
+def _publish_after_fifo(ctx: Mapping[str, Any]) -> str:
+    # Another process holds this step: it blocks until that process writes to the FIFO.
+    with Path(os.environ["EXECUTIONKIT_TEST_FIFO"]).open(encoding="utf-8") as fifo:
+        said = fifo.read()
+    return f"published: {ctx['approve']} after {said}"
+
+
+def fifo_approval() -> Workflow:
+    """A question, then a step held by the FIFO ``$EXECUTIONKIT_TEST_FIFO`` (for a subprocess)."""
+    return Workflow(
+        [
+            Step.ask("approve", lambda ctx: "Publish it?", check=_check),
+            Step("publish", _publish_after_fifo, depends_on=("approve",)),
+        ]
+    )

@@ -9,10 +9,12 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -89,13 +91,13 @@ def waiting_db(tmp_path: Path) -> tuple[str, SQLiteStore]:
 class Serve:
     """``executionkit serve`` as a subprocess, and the URL it printed."""
 
-    def __init__(self, cwd: Path, *args: str) -> None:
-        env = subprocess_env()
-        env["PYTHONPATH"] = f"{env['PYTHONPATH']}:{TESTS}"
+    def __init__(self, cwd: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        environment = {**subprocess_env(), **(env or {})}
+        environment["PYTHONPATH"] = f"{environment['PYTHONPATH']}:{TESTS}"
         self.process = subprocess.Popen(  # noqa: S603 - our own interpreter
             [sys.executable, "-m", "executionkit", "serve", *args, "--port", "0"],
             cwd=cwd,
-            env=env,
+            env=environment,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -131,6 +133,46 @@ def test_the_command_serves_and_exits_143_on_sigterm(
         server.kill()
     assert code == 143
     assert err == "executionkit: stopped serving\n"
+
+
+def test_sigterm_stops_a_resume_in_progress_then_exits_143(tmp_path: Path) -> None:
+    """SIGTERM while an answered run goes on: the run stops with what completed saved, then 143."""
+    store = SQLiteStore(tmp_path / "runs.db")
+    _run(flows.fifo_approval(), store, "review")
+    fifo = tmp_path / "hold"
+    os.mkfifo(fifo)
+    server = Serve(
+        tmp_path,
+        f"sqlite:///{tmp_path / 'runs.db'}",
+        "--workflow",
+        "serve_workflows:fifo_approval",
+        env={"EXECUTIONKIT_TEST_FIFO": str(fifo)},
+    )
+    writer: list[Any] = []
+    opener = threading.Thread(target=lambda: writer.append(fifo.open("w", encoding="utf-8")))
+    try:
+        token = _token(_request(server.url, "/run?id=review")[2])
+        form = {"token": token, "run": "review", "path": "approve", "value": "yes"}
+        assert _request(server.url, "/answer", method="POST", form=form)[0] == 303
+        opener.start()  # returns once the step has opened the FIFO: the step is running
+        opener.join(30)
+        assert writer, "the held step never started"
+        server.process.send_signal(signal.SIGTERM)
+        writer[0].write("the signal")
+        writer[0].close()  # the step returns; the server stops the run, then itself
+        _, err = server.process.communicate(timeout=30)
+    finally:
+        if writer:
+            writer[0].close()
+        elif opener.is_alive():
+            with contextlib.suppress(OSError):  # lets the opener thread end
+                os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+        server.kill()
+    assert server.process.returncode == 143, err
+    assert err.endswith("executionkit: stopped serving\n"), err
+    checkpoint = store.load("review")
+    assert checkpoint is not None
+    assert checkpoint.outputs["approve"] == "yes"
 
 
 def test_ctrl_c_stops_the_command_with_exit_130(
