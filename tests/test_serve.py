@@ -252,6 +252,10 @@ def test_read_only_refuses_every_post_and_shows_the_command(
         assert 'name="token"' not in page
         assert "run serve_workflows:approval --checkpoint" not in page
         assert "--answer approve=VALUE" in page
+        draft = page[page.index('data-step="draft"') :].split("</tr>")[0]
+        assert '<td class="number">1</td><td class="number">-</td><td class="number">60</td>' in (
+            draft
+        ), "attempts and tokens from the checkpoint's ledger"
         assert f"sqlite:///{Path(url.removeprefix('sqlite:///'))}?run_id=review" in page
         form = {"token": served.app.token, "run": "review", "path": "approve", "value": "yes"}
         status, _, page = _request(served.url, "/answer", method="POST", form=form)

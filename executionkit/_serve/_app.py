@@ -75,6 +75,7 @@ class App:
             None if self.resumer is None else self.token,
             self._answer_command(page_id, root),
             message,
+            checkpoint.spending.by_step(),
         )
         title = f"run {page_id}" if child is None else f"run {page_id} / {child}"
         return run_main(page), title, status == "running"

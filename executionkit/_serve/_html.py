@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html import escape
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence  # noqa: TC004 - dataclass annotations stay strings
 
     from executionkit._checkpoint import WorkflowCheckpoint  # noqa: TC004 - dataclass annotations stay strings
+    from executionkit._ledger import Spending  # noqa: TC004 - dataclass annotations stay strings
     from executionkit._serve._answers import RunEvents  # noqa: TC004 - dataclass annotations stay strings
     from executionkit._serve._runs import RunRow, StepView  # noqa: TC004 - dataclass annotations stay strings
 
@@ -117,6 +118,7 @@ class RunPage:
     token: str | None  # the form's token; None when the page is read-only
     answer_command: str
     message: str | None = None
+    ledger: Mapping[str, Spending] = field(default_factory=dict)  # the checkpoint's, by step
 
 
 def run_main(run: RunPage) -> str:
@@ -205,15 +207,13 @@ def _steps_table(run: RunPage) -> str:
     rows = []
     for number, step in enumerate(run.steps):
         seen = run.events.steps.get(step.name)
-        attempts = "-" if seen is None or not seen.attempts else str(seen.attempts)
         duration = "-" if seen is None or seen.duration is None else f"{seen.duration:.2f} s"
-        tokens = "-" if seen is None or seen.tokens is None else f"{seen.tokens:,}"
         rows.append(
             f'<tr class="step-row" id="step-{number}" data-step="{escape(step.name)}">'
             f'<td class="step-name">{escape(step.name)}</td><td>{escape(step.kind)}</td>'
             f"<td>{status_word(step.status)}</td>"
-            f'<td class="number">{attempts}</td><td class="number">{duration}</td>'
-            f'<td class="number">{tokens}</td>'
+            f'<td class="number">{_attempts(run, step)}</td><td class="number">{duration}</td>'
+            f'<td class="number">{_tokens(run, step)}</td>'
             f"<td>{_output(run, step)}{_items(step)}{_child(run, step)}</td>"
             f'<td class="error">{escape(step.error or "")}</td></tr>'
         )
@@ -221,9 +221,33 @@ def _steps_table(run: RunPage) -> str:
         '<h2>Steps</h2><table class="steps"><thead><tr><th>step</th><th>kind</th>'
         "<th>status</th><th>attempts</th><th>duration</th><th>tokens</th><th>output</th>"
         f"<th>error</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
-        '<p class="note">Attempts, durations and tokens per step are known for runs this '
-        "server resumed; a checkpoint keeps only the run's total.</p>"
+        '<p class="note">Tokens and attempts come from the ledger a checkpoint keeps (format '
+        "4: the attempts that reported usage, wasted ones included); durations, and the "
+        "attempts of steps without usage, are known for the runs this server resumed.</p>"
     )
+
+
+def _attempts(run: RunPage, step: StepView) -> str:
+    """The step's attempts: as its events said, else the most its ledger rows record."""
+    seen = run.events.steps.get(step.name)
+    if seen is not None and seen.attempts:
+        return str(seen.attempts)
+    spending = run.ledger.get(step.name)
+    if spending is None or not spending.entries:
+        return "-"
+    return str(max(entry.attempt for entry in spending.entries))
+
+
+def _tokens(run: RunPage, step: StepView) -> str:
+    """The step's tokens from the ledger (with the wasted part), else from its events."""
+    spending = run.ledger.get(step.name)
+    if spending is not None:
+        total, wasted = spending.total, spending.wasted
+        text = f"{total.input_tokens + total.output_tokens:,}"
+        lost = wasted.input_tokens + wasted.output_tokens
+        return text + (f" ({lost:,} wasted)" if lost else "")
+    seen = run.events.steps.get(step.name)
+    return "-" if seen is None or seen.tokens is None else f"{seen.tokens:,}"
 
 
 def _output(run: RunPage, step: StepView) -> str:
