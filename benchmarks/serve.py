@@ -7,7 +7,8 @@ Three measurements, each the median of ``--requests`` requests through
   runs (real runs of a four-step workflow, a quarter of them waiting for an
   answer, a quarter failed); the page shows the newest 50 with their status.
 - **run page, 10,000-item map**: ``GET /run?id=big`` of a run whose map over
-  ``--items`` items stopped at a failed item, every other item recorded.
+  ``--items`` items stopped at a failed item, every other item recorded, each
+  with its usage (a row of the checkpoint's ledger each).
 - **live poll**: ``GET /run?id=big&live=1``, what the page's script fetches
   every half second while a run goes on.
 
@@ -41,7 +42,7 @@ import source
 
 source.put_on_path()
 
-from executionkit import Step, Workflow  # noqa: E402
+from executionkit import PatternResult, Step, TokenUsage, Workflow  # noqa: E402
 from executionkit._cli._location import parse_location  # noqa: E402
 from executionkit._serve import App, start_server  # noqa: E402
 from executionkit._serve._runs import Source  # noqa: E402
@@ -73,11 +74,11 @@ def small() -> Workflow:
 def big_map(items: int) -> Workflow:
     """A map over ``items`` items whose item ``items - 3`` fails."""
 
-    async def double(item: int, _ctx: Mapping[str, Any]) -> int:
+    async def double(item: int, _ctx: Mapping[str, Any]) -> PatternResult[int]:
         if item == items - 3:
             msg = f"item {item} failed"
             raise ValueError(msg)
-        return item * 2
+        return PatternResult(item * 2, cost=TokenUsage(120, 30, 1))  # a ledger row each
 
     return Workflow(
         [Step("items", lambda _ctx: list(range(items))), Step.map("double", double, over="items")]

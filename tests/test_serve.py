@@ -24,9 +24,17 @@ import pytest
 import serve_workflows as flows
 from cli_runner import ROOT, run_subprocess, subprocess_env
 
-from executionkit import Step, Workflow, WorkflowFailed
+from executionkit import (
+    PatternResult,
+    Step,
+    TokenUsage,
+    Workflow,
+    WorkflowCheckpoint,
+    WorkflowFailed,
+    current_step,
+)
 from executionkit._serve import allowed_hosts
-from executionkit._serve._runs import StepView
+from executionkit._serve._runs import StepLedger, StepView, ledger_by_step
 from executionkit._serve._svg import levels
 from executionkit.stores import JsonFileStore, JsonLinesStore, PostgresStore, SQLiteStore
 
@@ -559,3 +567,30 @@ def test_a_postgresql_database_is_served_and_answered(pg_uri: str) -> None:
         _, _, page = _request(served.url, "/run?id=review")
         assert "status-finished" in page
         assert "published: no" in page
+
+
+def test_the_ledger_counts_tokens_per_step_and_sub_workflow() -> None:
+    """Tokens by step from the checkpoint's ledger; a sub-workflow's count for its step."""
+    tries: list[int] = []
+
+    def search(ctx: Any) -> PatternResult[str]:
+        return PatternResult("found", cost=TokenUsage(10, 5, 1))
+
+    def costly(ctx: Any) -> PatternResult[str]:
+        current_step().add_usage(TokenUsage(7, 0, 1))
+        if len(tries) < 2:
+            tries.append(1)
+            raise ConnectionError("dropped")
+        return PatternResult("ok", cost=TokenUsage(1, 1, 1))
+
+    inner = Workflow([Step("search", search)])
+    outer = Workflow(
+        [Step("research", inner), Step("write", costly, retries=2, retry_delay=0, retry_jitter=0)]
+    )
+    saved: list[WorkflowCheckpoint] = []
+    outer.run_sync({}, checkpoint_fn=saved.append)
+    found = ledger_by_step(saved[-1], ["research", "write"])
+    assert found["research"] == StepLedger(tokens=15, wasted=0, attempts=0)
+    assert found["write"].tokens == 7 * 2 + 7 + 2
+    assert found["write"].wasted == 7 * 2
+    assert found["write"].attempts == 3

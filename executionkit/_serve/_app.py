@@ -14,7 +14,7 @@ from executionkit._questions import waiting_in
 from executionkit._serve._answers import RunEvents, Tracker
 from executionkit._serve._html import RunPage, header, run_main, runs_main
 from executionkit._serve._http import PER_PAGE, page_count
-from executionkit._serve._runs import child_checkpoint, step_views
+from executionkit._serve._runs import child_checkpoint, ledger_by_step, step_views
 
 if TYPE_CHECKING:
     from executionkit._checkpoint import WorkflowCheckpoint
@@ -75,7 +75,7 @@ class App:
             None if self.resumer is None else self.token,
             self._answer_command(page_id, root),
             message,
-            checkpoint.spending.by_step(),
+            ledger_by_step(checkpoint, (step.name for step in steps)),
         )
         title = f"run {page_id}" if child is None else f"run {page_id} / {child}"
         return run_main(page), title, status == "running"

@@ -23,9 +23,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence  # noqa: TC004 - dataclass annotations stay strings
 
     from executionkit._checkpoint import WorkflowCheckpoint  # noqa: TC004 - dataclass annotations stay strings
-    from executionkit._ledger import Spending  # noqa: TC004 - dataclass annotations stay strings
     from executionkit._serve._answers import RunEvents  # noqa: TC004 - dataclass annotations stay strings
-    from executionkit._serve._runs import RunRow, StepView  # noqa: TC004 - dataclass annotations stay strings
+    from executionkit._serve._runs import RunRow, StepLedger, StepView  # noqa: TC004 - dataclass annotations stay strings
 
 PREVIEW_CHARS = 160
 SHOWN_FAILED_KEYS = 20
@@ -118,7 +117,7 @@ class RunPage:
     token: str | None  # the form's token; None when the page is read-only
     answer_command: str
     message: str | None = None
-    ledger: Mapping[str, Spending] = field(default_factory=dict)  # the checkpoint's, by step
+    ledger: Mapping[str, StepLedger] = field(default_factory=dict)  # the checkpoint's, by step
 
 
 def run_main(run: RunPage) -> str:
@@ -232,20 +231,16 @@ def _attempts(run: RunPage, step: StepView) -> str:
     seen = run.events.steps.get(step.name)
     if seen is not None and seen.attempts:
         return str(seen.attempts)
-    spending = run.ledger.get(step.name)
-    if spending is None or not spending.entries:
-        return "-"
-    return str(max(entry.attempt for entry in spending.entries))
+    recorded = run.ledger.get(step.name)
+    return "-" if recorded is None or not recorded.attempts else str(recorded.attempts)
 
 
 def _tokens(run: RunPage, step: StepView) -> str:
     """The step's tokens from the ledger (with the wasted part), else from its events."""
-    spending = run.ledger.get(step.name)
-    if spending is not None:
-        total, wasted = spending.total, spending.wasted
-        text = f"{total.input_tokens + total.output_tokens:,}"
-        lost = wasted.input_tokens + wasted.output_tokens
-        return text + (f" ({lost:,} wasted)" if lost else "")
+    recorded = run.ledger.get(step.name)
+    if recorded is not None:
+        wasted = f" ({recorded.wasted:,} wasted)" if recorded.wasted else ""
+        return f"{recorded.tokens:,}{wasted}"
     seen = run.events.steps.get(step.name)
     return "-" if seen is None or seen.tokens is None else f"{seen.tokens:,}"
 

@@ -30,7 +30,7 @@ from executionkit._cli._text import error_text
 from executionkit._questions import split_path, waiting_in
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping  # noqa: TC004 - dataclass annotations stay strings
+    from collections.abc import Callable, Iterable, Iterator, Mapping  # noqa: TC004 - dataclass annotations stay strings
 
     from executionkit._checkpoint import WorkflowCheckpoint
     from executionkit._cli._location import Location  # noqa: TC004 - dataclass annotations stay strings
@@ -181,6 +181,41 @@ class Source:
                 )
             )
         return rows
+
+
+@dataclass(slots=True)
+class StepLedger:
+    """What a checkpoint's ledger holds of one step: its tokens, those wasted, its attempts.
+
+    ``attempts`` is 0 when no row is the step's own (a sub-workflow's rows are its steps').
+    """
+
+    tokens: int = 0
+    wasted: int = 0
+    attempts: int = 0
+
+
+def ledger_by_step(checkpoint: WorkflowCheckpoint, names: Iterable[str]) -> dict[str, StepLedger]:
+    """The ledger's rows summed by step of ``names``, in one pass (a map has a row per item).
+
+    A sub-workflow's rows (``research/search``) count for its step (``research``).
+    """
+    from executionkit._ledger import WASTED  # noqa: PLC0415
+
+    steps = set(names)
+    found: dict[str, StepLedger] = {}
+    for row in checkpoint.ledger:
+        step = row.step if row.step in steps else row.step.split("/", 1)[0]
+        entry = found.get(step)
+        if entry is None:
+            entry = found[step] = StepLedger()
+        tokens = row.usage.input_tokens + row.usage.output_tokens
+        entry.tokens += tokens
+        if row.outcome in WASTED:
+            entry.wasted += tokens
+        if row.step == step:  # a sub-workflow's rows count the attempts of its own steps
+            entry.attempts = max(entry.attempts, row.attempt)
+    return found
 
 
 @dataclass(frozen=True, slots=True)
