@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
-from executionkit import PatternResult, Step, TokenUsage, Workflow
+from executionkit import PatternResult, Step, TokenUsage, Workflow, current_step
 from executionkit._cli._location import parse_location
 from executionkit._serve import App, start_server
 from executionkit._serve._answers import Resumer, Tracker
@@ -141,6 +141,7 @@ def _doubler(count: int) -> Any:
     # Async items are saved together as they land; plain ones would be saved one by one.
     async def double(item: int, ctx: Mapping[str, Any]) -> int:
         if item == count - 3:
+            current_step().add_usage(TokenUsage(5, 0, 1))  # a ledger row: the item failed
             msg = f"item {item} is unlucky"
             raise ValueError(msg)
         return item * 2

@@ -444,6 +444,7 @@ def test_a_big_map_shows_items_done_and_not_one_row_each(tmp_path: Path) -> None
     assert done is not None
     assert 9_997 <= int(done[1].replace(",", "")) < 10_000
     assert "1 of 10000 items failed (&#x27;9997&#x27;)" in page
+    assert "items done; 1 failed: 9997</p>" in page  # the key, from the checkpoint's ledger
     assert page.count('class="step-row"') == 2
 
 

@@ -252,7 +252,9 @@ def step_views(
     """Each step of the run: the workflow's, in its order, else those the checkpoint names.
 
     ``running`` names steps this server sees started and not ended;
-    ``failed_keys`` the failed items of maps it saw fail.
+    ``failed_keys`` the failed items of maps it saw fail. The checkpoint adds the
+    failed items of maps of sub-workflows, and those its ledger saw fail (items
+    that reported usage) and that are not recorded since.
     """
     from executionkit._cli._graph import step_statuses  # noqa: PLC0415
 
@@ -273,13 +275,18 @@ def step_views(
             depends[name] = tuple(info.get("depends_on", ()))
     maps = unfinished_maps(checkpoint, workflow)
     child_failures = failed_items(checkpoint)
+    ledger_failures = _failed_in_ledger(checkpoint)
     views = []
     for name in names:
         status = statuses[name]
         if status == "pending" and name in running:
             status = "running"
         entry = maps.get(name)
-        failed = [*failed_keys.get(name, []), *child_failures.get(name, {})]
+        failed = [
+            *failed_keys.get(name, []),
+            *child_failures.get(name, {}),
+            *ledger_failures.get(name, ()),
+        ]
         items = None
         if entry is not None or failed:
             items = MapView(
@@ -302,6 +309,24 @@ def step_views(
             )
         )
     return views
+
+
+def _failed_in_ledger(checkpoint: WorkflowCheckpoint) -> dict[str, dict[str, None]]:
+    """Each unfinished map's items whose last attempt in the ledger failed or timed out."""
+    found: dict[str, dict[str, None]] = {}
+    for row in checkpoint.ledger:
+        if row.item is None or row.step not in checkpoint.items:
+            continue
+        keys = found.setdefault(row.step, {})
+        if row.outcome in {"failed", "timeout"}:
+            keys[row.item] = None
+        else:
+            keys.pop(row.item, None)  # a later attempt of the item did better
+    for step, keys in found.items():
+        recorded = checkpoint.items[step].get("outputs", {})
+        for key in [key for key in keys if key in recorded]:
+            del keys[key]
+    return found
 
 
 def _kind(step: object) -> str:
