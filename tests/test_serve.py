@@ -33,6 +33,7 @@ from executionkit import (
     WorkflowFailed,
     current_step,
 )
+from executionkit._cli import main
 from executionkit._serve import allowed_hosts
 from executionkit._serve._runs import StepLedger, StepView, ledger_by_step
 from executionkit._serve._svg import levels
@@ -595,3 +596,38 @@ def test_the_ledger_counts_tokens_per_step_and_sub_workflow() -> None:
     assert found["write"].tokens == 7 * 2 + 7 + 2
     assert found["write"].wasted == 7 * 2
     assert found["write"].attempts == 3
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_the_command_in_this_process_stops_on_a_signal(
+    waiting_db: tuple[str, SQLiteStore], monkeypatch: pytest.MonkeyPatch, signum: int, code: int
+) -> None:
+    """``main(["serve", ...])`` serves until SIGTERM (143) or Ctrl-C (130), then gives back."""
+    import executionkit._serve as serve  # noqa: PLC0415 - patched here, in this test alone
+
+    listening = threading.Event()
+    said: list[str] = []
+
+    def heard(text: str) -> None:
+        said.append(text)
+        listening.set()
+
+    monkeypatch.setattr(serve, "out", heard)
+    statuses: list[int] = []
+
+    def client() -> None:
+        try:
+            assert listening.wait(30)
+            statuses.append(_request(said[0].split()[1], "/run?id=review")[0])
+        finally:
+            os.kill(os.getpid(), signum)  # to the main thread, where main() waits
+
+    previous = signal.getsignal(signal.SIGTERM)
+    thread = threading.Thread(target=client)
+    thread.start()
+    args = ["serve", waiting_db[0], "--workflow", "serve_workflows:approval", "--port", "0"]
+    assert main([*args, "--input", "topic=x"]) == code
+    thread.join()
+    assert statuses == [200]
+    assert said[0].startswith("serving http://127.0.0.1:")
+    assert signal.getsignal(signal.SIGTERM) is previous
