@@ -135,7 +135,8 @@ def run_main(run: RunPage) -> str:
             "tokens",
             (
                 f"{cost.input_tokens + cost.output_tokens:,} ({cost.input_tokens:,} in, "
-                f"{cost.output_tokens:,} out, {cost.llm_calls:,} calls)"
+                f"{cost.output_tokens:,} out, {cost.llm_calls:,} "
+                f"call{'' if cost.llm_calls == 1 else 's'})"
             ),
         ),
     ]
