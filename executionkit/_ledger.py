@@ -190,13 +190,6 @@ class Ledger:
             total += usage
         return total
 
-    def attempt_of(self, step: str, key: str | None) -> int:
-        """The number of the attempt of ``step`` (item ``key``) open now (1 if none is)."""
-        opened = self.open.get((step, key))
-        if opened is None:
-            return 1
-        return opened if type(opened) is int else opened.attempt  # type: ignore[union-attr]
-
     def book_late(self, *, closing: bool = False) -> TokenUsage:
         """Write the rows of usage reported late; return their total.
 

@@ -162,12 +162,7 @@ class Record:
         if key is not None:
             return key in self.items.recorded(name)
         position = self.graph.index.get(name)
-        return (
-            name in self.outputs
-            or position in self.landed
-            or position in self.failures
-            or name in self.skips.skipped
-        )
+        return position is None or self.in_flight.ended(position)
 
     def _answer(self, answers: Mapping[str, Any]) -> None:
         """Apply the run's answers, each the output of its ask step (checked first)."""

@@ -49,7 +49,7 @@ class InFlight:
         if after_batch or not listed:
             self.next_up = list(ready)
         else:
-            ended = self._ended
+            ended = self.ended
             listed = [p for p in listed if not ended(p)]
             listed += [p for p in ready if p not in listed]
             self.next_up = listed
@@ -66,7 +66,7 @@ class InFlight:
         if changes == self.listed_at:
             return listed
         self.listed_at = changes
-        ended = self._ended
+        ended = self.ended
         for position in listed:
             if ended(position):
                 listed = self.next_up = [p for p in listed if not ended(p)]
@@ -90,7 +90,7 @@ class InFlight:
             if (names[p], None) not in opened
             and p not in graph.asks
             and p not in graph.workflows
-            and not self._ended(p)
+            and not self.ended(p)
         )
         return running + upcoming
 
@@ -114,7 +114,8 @@ class InFlight:
                     freed.add(child)
         return freed
 
-    def _ended(self, position: int) -> bool:
+    def ended(self, position: int) -> bool:
+        """Whether the step at ``position`` has ended: recorded, landed, failed or skipped."""
         record = self._record
         name = record.graph.names[position]
         return (
