@@ -7,7 +7,8 @@ can be tested with tables. The runner only asks "what may start now?" and says
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from array import array
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, cast
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 from executionkit._errors import WorkflowDefinitionError, did_you_mean
 from executionkit._step import Step
 from executionkit._step_checks import is_async_callable, is_workflow
+from executionkit._step_info import StepInfo
 from executionkit._step_kinds import AskStep, MapStep
 
 if TYPE_CHECKING:
@@ -68,14 +70,22 @@ class Graph:
                 )
                 raise WorkflowDefinitionError(msg)
             self.index[name] = position
-        self.dependencies: tuple[tuple[int, ...], ...] = self._resolve_dependencies()
+        # One tuple per one-step edge list, shared both ways: in a chain, step i
+        # depends on (i - 1,), which is also what step i - 2 has as dependents.
+        singles: dict[int, tuple[int]] = {}
+        self.dependencies: tuple[tuple[int, ...], ...] = self._resolve_dependencies(singles)
         dependents: list[list[int]] = [[] for _ in self.steps]
-        for position, deps in enumerate(self.dependencies):
+        # The index's own int objects, not new ones: at 100,000 steps that is 2.7 MB.
+        for position, deps in zip(self.index.values(), self.dependencies, strict=True):
             for dep in deps:
                 dependents[dep].append(position)
-        self.dependents: tuple[tuple[int, ...], ...] = tuple(map(tuple, dependents))
+        self.dependents: tuple[tuple[int, ...], ...] = tuple(
+            (singles.get(d[0]) or singles.setdefault(d[0], (d[0],))) if len(d) == 1 else tuple(d)
+            for d in dependents
+        )
+        del singles
         # The batches of a fresh run where every step completes, each in declaration order.
-        self.levels: tuple[tuple[int, ...], ...] = self._levels()
+        self.levels: Levels = self._levels()
         kinds = _Kinds(self.steps)
         maps, workflows, asks = kinds.maps, kinds.workflows, kinds.asks
         plain_items, plain, encoded = kinds.plain_items, kinds.plain, kinds.encoded
@@ -192,7 +202,7 @@ class Graph:
                 raise WorkflowDefinitionError(clash)
         return tuple(found)
 
-    def _resolve_dependencies(self) -> tuple[tuple[int, ...], ...]:
+    def _resolve_dependencies(self, singles: dict[int, tuple[int]]) -> tuple[tuple[int, ...], ...]:
         unknown = [
             f"step {step.name!r} depends on unknown step {dep!r}"
             f"{did_you_mean(dep, (n for n in self.names if n != step.name))}"
@@ -203,18 +213,29 @@ class Graph:
         if unknown:
             raise WorkflowDefinitionError("; ".join(unknown))
         position_of = self.index.__getitem__
-        return tuple(tuple(map(position_of, step.depends_on)) for step in self.steps)
+        result: list[tuple[int, ...]] = []
+        for step in self.steps:
+            deps = step.depends_on
+            if len(deps) == 1:
+                position = position_of(deps[0])
+                single = singles.get(position)
+                if single is None:
+                    single = singles[position] = (position,)
+                result.append(single)
+            else:
+                result.append(tuple(map(position_of, deps)))
+        return tuple(result)
 
-    def _levels(self) -> tuple[tuple[int, ...], ...]:
+    def _levels(self) -> Levels:
         # Kahn's algorithm, a level at a time: whatever cannot be peeled off lies on or
         # behind a cycle.
         waiting = [len(deps) for deps in self.dependencies]
-        level = [i for i, count in enumerate(waiting) if count == 0]
-        levels: list[tuple[int, ...]] = []
-        peeled = 0
+        level = [i for i, count in zip(self.index.values(), waiting, strict=True) if count == 0]
+        order: list[int] = []
+        starts = array("l", [0])
         while level:
-            levels.append(tuple(level))
-            peeled += len(level)
+            order.extend(level)
+            starts.append(len(order))
             following: list[int] = []
             for node in level:
                 for child in self.dependents[node]:
@@ -223,8 +244,8 @@ class Graph:
                         following.append(child)
             following.sort()
             level = following
-        if peeled == len(self.steps):
-            return tuple(levels)
+        if len(order) == len(self.steps):
+            return Levels(tuple(order), starts)
         cycle = self._find_cycle({i for i, count in enumerate(waiting) if count > 0})
         path = " -> ".join(self.names[i] for i in [*cycle, cycle[0]])
         msg = f"workflow has a dependency cycle: {path} (each step depends on the next)"
@@ -312,12 +333,9 @@ def kind_of(step: Step) -> str:
     return "workflow" if is_workflow(step.run) else "step"
 
 
-def _info(step: Step) -> dict[str, Any]:
-    info: dict[str, Any] = {"version": step.version, "depends_on": step.depends_on}
+def _info(step: Step) -> StepInfo:
     kind = kind_of(step)
-    if kind != "step":
-        info["kind"] = kind
-    return info
+    return StepInfo(step.version, step.depends_on, None if kind == "step" else kind)
 
 
 def _with_over_dependencies(steps: tuple[Step, ...]) -> tuple[Step, ...]:
@@ -380,9 +398,7 @@ class _Kinds:
                     last_async = is_async_callable(last_run)
                 if not last_async:
                     self.plain.append(position)
-                self.step_info[step.name] = MappingProxyType(
-                    {"version": step.version, "depends_on": step.depends_on}
-                )
+                self.step_info[step.name] = StepInfo(step.version, step.depends_on, None)
             else:
                 self._other(position, step, kind)
             if step.encode is not None:
@@ -400,7 +416,39 @@ class _Kinds:
             self.asks.append(position)
         if is_workflow(step.run):
             self.workflows.append(position)
-        self.step_info[step.name] = MappingProxyType(_info(step))
+        self.step_info[step.name] = _info(step)
+
+
+class Levels:
+    """The batches of a fresh run where every step completes, flat: two arrays, not a tuple each.
+
+    ``levels[k]`` is batch ``k`` (in declaration order), ``len(levels)`` their number,
+    and ``levels.before(k)`` every step of the batches before batch ``k``.
+    """
+
+    __slots__ = ("_order", "_starts")
+
+    def __init__(self, order: tuple[int, ...], starts: array[int]) -> None:
+        """Batch ``k`` is ``order[starts[k]:starts[k + 1]]``."""
+        self._order = order
+        self._starts = starts
+
+    def __len__(self) -> int:
+        """Return the number of batches."""
+        return len(self._starts) - 1
+
+    def __getitem__(self, k: int) -> tuple[int, ...]:
+        """Return batch ``k``."""
+        return self._order[self._starts[k] : self._starts[k + 1]]
+
+    def __iter__(self) -> Iterator[tuple[int, ...]]:
+        """Yield the batches in order."""
+        starts, order = self._starts, self._order
+        return (order[starts[k] : starts[k + 1]] for k in range(len(starts) - 1))
+
+    def before(self, k: int) -> tuple[int, ...]:
+        """Return the steps of the batches before batch ``k``."""
+        return self._order[: self._starts[k]]
 
 
 class Frontier:
@@ -469,7 +517,7 @@ class Frontier:
 
     def _leave_plan(self, completed: list[int]) -> list[int]:
         levels = self._graph.levels
-        done = {i for level in levels[: self._at - 1] for i in level}
+        done = set(levels.before(self._at - 1))
         done.update(completed)
         waiting = self._count_waiting(done)
         # A step handed out but not completed is never counted as complete, so it

@@ -202,7 +202,18 @@ def _invalidated(
     """Name each recorded step that cannot be trusted, with the reason, in declaration order."""
     have = set(recorded)
     reasons: dict[int, str] = {}
+    ours, theirs = graph.step_info, checkpoint.step_info
     for name in recorded:
+        info = theirs.get(name)
+        # The common case first: recorded exactly as the step is now (the same kind,
+        # version and dependencies, in order), and every dependency recorded too.
+        if (
+            info is not None
+            and info == ours[name]
+            and name not in rerun
+            and have.issuperset(info["depends_on"])
+        ):
+            continue
         reason = _distrust(graph, checkpoint, name, have, rerun)
         if reason is not None:
             reasons[graph.index[name]] = reason

@@ -1,0 +1,83 @@
+"""One ``step_info`` entry: what a checkpoint records of a step, in a few bytes.
+
+Every checkpoint's ``step_info`` maps each recorded step to its version, its
+dependencies and (unless it is a plain step) its kind. A workflow builds one
+entry per step, and `WorkflowCheckpoint.from_dict` one per recorded step, so at
+100,000 steps their size is the workflow's size: a read-only dict behind a
+`types.MappingProxyType` costs about 250 bytes, this class about 56.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+_PLAIN_KEYS = ("version", "depends_on")
+_KIND_KEYS = ("version", "depends_on", "kind")
+
+
+class StepInfo(Mapping[str, Any]):
+    """A read-only mapping ``{"version", "depends_on"[, "kind"]}`` (kind absent for a plain step).
+
+    Equal to any mapping with the same items (a dict, a proxy), so code written
+    against the dict the format describes keeps working.
+    """
+
+    __slots__ = ("_depends_on", "_kind", "_version")
+
+    def __init__(self, version: str | None, depends_on: tuple[str, ...], kind: str | None) -> None:
+        """Describe a step; ``kind`` is None for a plain step."""
+        self._version = version
+        self._depends_on = depends_on
+        self._kind = kind
+
+    def __getitem__(self, key: str) -> Any:
+        """Return the entry's field ``key``."""
+        if key == "version":
+            return self._version
+        if key == "depends_on":
+            return self._depends_on
+        if key == "kind" and self._kind is not None:
+            return self._kind
+        raise KeyError(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """Return field ``key``, or ``default`` when the entry has none."""
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def __contains__(self, key: object) -> bool:
+        """Return whether the entry has field ``key``."""
+        return key in _PLAIN_KEYS or (key == "kind" and self._kind is not None)
+
+    def __iter__(self) -> Iterator[str]:
+        """Yield the field names: version, depends_on, and kind if it has one."""
+        return iter(_PLAIN_KEYS if self._kind is None else _KIND_KEYS)
+
+    def __len__(self) -> int:
+        """Return the number of fields."""
+        return 2 if self._kind is None else 3
+
+    def __eq__(self, other: object) -> bool:
+        """Return whether ``other`` is a mapping with the same items."""
+        if type(other) is StepInfo:
+            return (self._version, self._depends_on, self._kind) == (
+                other._version,
+                other._depends_on,
+                other._kind,
+            )
+        if isinstance(other, Mapping):
+            return dict(self.items()) == dict(other.items())
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # a mapping, like the dict it stands for
+
+    def __repr__(self) -> str:
+        """Show the fields, like a dict."""
+        return repr(dict(self.items()))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle as the three fields."""
+        return (StepInfo, (self._version, self._depends_on, self._kind))
