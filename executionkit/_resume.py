@@ -112,11 +112,15 @@ def restore(
         name for name in graph.names if name in checkpoint.outputs or name in recorded_skips
     ]
     invalidated = _invalidated(graph, checkpoint, recorded, rerun)
-    stored = {
-        name: checkpoint.outputs[name]
-        for name in checkpoint.outputs
-        if name in index and name not in invalidated
-    }
+    stored = (
+        {
+            name: checkpoint.outputs[name]
+            for name in checkpoint.outputs
+            if name in index and name not in invalidated
+        }
+        if unknown or invalidated
+        else dict(checkpoint.outputs)  # every output kept: one copy at C speed
+    )
     skipped: dict[str, str] = {}
     for name in recorded_skips:
         if name not in index:
@@ -421,6 +425,8 @@ def _decode(step: Step, what: str, name: str, value: Any) -> Any:
 
 
 def _decoded(graph: Graph, stored: dict[str, Any]) -> dict[str, Any]:
+    if not graph.encoded:  # no step has a decode (encode and decode come together)
+        return dict(stored)
     outputs: dict[str, Any] = {}
     for name, value in stored.items():
         position = graph.index[name]
