@@ -26,8 +26,15 @@ ITEMS = 40
 EXPECTED = {"total": sum(i * i for i in range(ITEMS)), "cost": [sum(range(ITEMS)), ITEMS]}
 
 
-def run_until_killed(path: Path, kill_after: int | None, *options: str) -> list[str]:
-    """Start the worker; SIGKILL it after ``kill_after`` lines (None: let it finish)."""
+def run_until_killed(
+    path: Path, kill_after: int | None, *options: str
+) -> tuple[list[str], list[str]]:
+    """Start the worker; SIGKILL it after ``kill_after`` lines (None: let it finish).
+
+    Returns the lines read up to the kill, and the lines the worker had written
+    before the kill landed that were still in the pipe (read after it): events
+    that happened, which a count of started items must include.
+    """
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     process = subprocess.Popen(  # noqa: S603 - our own worker script
         [sys.executable, str(WORKER), str(path), *options],
@@ -37,24 +44,43 @@ def run_until_killed(path: Path, kill_after: int | None, *options: str) -> list[
     )
     assert process.stdout is not None
     lines: list[str] = []
+    tail: list[str] = []
     for line in process.stdout:
         lines.append(line.rstrip("\n"))
         if kill_after is not None and len(lines) >= kill_after:
             process.send_signal(signal.SIGKILL)
+            tail = [rest.rstrip("\n") for rest in process.stdout]
             break
     process.stdout.close()
     process.wait()
-    return lines
+    return lines, tail
+
+
+def episodes_until_done(
+    path: Path, rng: random.Random, first_kill: int, kills: int, *options: str
+) -> list[list[str]]:
+    """Run, kill at random and resume until the worker finishes; each episode's lines.
+
+    The first ``kills`` episodes are killed after ``first_kill`` to 30 lines. A
+    first episode that finished before its kill landed tested no kill: it is
+    thrown away, with its file, and the test starts again.
+    """
+    episodes: list[list[str]] = []
+    while not episodes or not episodes[-1][-1].startswith("done "):
+        kill_after = rng.randint(first_kill, 30) if len(episodes) < kills else None
+        lines, tail = run_until_killed(path, kill_after, *options)
+        if not episodes and kill_after is not None and tail and tail[-1].startswith("done "):
+            path.unlink()
+            continue
+        episodes.append(lines + tail)
+    return episodes
 
 
 @pytest.mark.parametrize("seed", range(6))
 def test_kills_mid_map_never_rerun_a_recorded_item(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
     path = tmp_path / "run.jsonl"
-    episodes: list[list[str]] = []
-    while not episodes or not episodes[-1][-1].startswith("done "):
-        kill_after = rng.randint(2, 30) if len(episodes) < 8 else None
-        episodes.append(run_until_killed(path, kill_after))
+    episodes = episodes_until_done(path, rng, 2, 8)
     kills = len(episodes) - 1
     assert kills >= 1
     started_total = 0
@@ -80,10 +106,7 @@ def test_kills_mid_map_of_plain_items_lose_at_most_the_item_running(
     """Plain items are stored one by one: a kill loses at most the item that was running."""
     rng = random.Random(seed)
     path = tmp_path / "run.jsonl"
-    episodes: list[list[str]] = []
-    while not episodes or not episodes[-1][-1].startswith("done "):
-        kill_after = rng.randint(4, 30) if len(episodes) < 6 else None
-        episodes.append(run_until_killed(path, kill_after, "plain"))
+    episodes = episodes_until_done(path, rng, 4, 6, "plain")
     assert len(episodes) >= 2
     for killed, following in itertools.pairwise(episodes):
         started = [line.split()[1] for line in killed if line.startswith("item-start ")]

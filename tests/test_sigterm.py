@@ -14,13 +14,31 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from executionkit import Step, Workflow, WorkflowCheckpoint
 
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def default_sigterm() -> Iterator[None]:
+    """Each test starts from SIGTERM's default action, whatever the test runner installed.
+
+    A pytest-xdist worker handles SIGTERM itself; a program run by a user usually
+    does not, and that default is what run_sync installs its handler over.
+    """
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
 
 SCRIPT = """
 import asyncio, json, signal, sys
