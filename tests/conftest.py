@@ -38,7 +38,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     Playwright's sync API keeps an event loop marked running in the main thread
     from the first browser test to the end of the session; an ``async def`` test
-    after it would fail to start its own loop.
+    after it would fail to start its own loop. With pytest-xdist, ``--dist load``
+    (as the check command runs) hands tests out in this order, so each worker
+    runs its browser tests last too; ``--dist loadfile`` would not (it sends the
+    largest files first).
     """
     browser = [item for item in items if "playwright" in getattr(item, "fixturenames", ())]
     moved = {id(item) for item in browser}
