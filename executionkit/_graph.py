@@ -340,6 +340,8 @@ def _info(step: Step) -> StepInfo:
 
 def _with_over_dependencies(steps: tuple[Step, ...]) -> tuple[Step, ...]:
     """Each map step depends on the step its ``over`` names, if it names one."""
+    if not any(issubclass(kind, MapStep) for kind in set(map(type, steps))):
+        return steps
     names = {step.name for step in steps}
     return tuple(
         replace(step, depends_on=(*step.depends_on, step.over))
@@ -362,7 +364,9 @@ def _as_steps(steps: Iterable[Step]) -> tuple[Step, ...]:
     except TypeError:
         msg = f"Workflow takes a sequence of Step objects, got {type(steps).__name__}"
         raise WorkflowDefinitionError(msg) from None
-    result: list[Step] = []
+    # The types present, found at C speed: a workflow has a handful of them.
+    if all(issubclass(kind, Step) for kind in set(map(type, items))):
+        return cast("tuple[Step, ...]", items)
     for position, step in enumerate(items):
         if not isinstance(step, Step):
             msg = (
@@ -370,8 +374,7 @@ def _as_steps(steps: Iterable[Step]) -> tuple[Step, ...]:
                 f"got {type(step).__name__} {step!r}"
             )
             raise WorkflowDefinitionError(msg)
-        result.append(step)
-    return tuple(result)
+    raise AssertionError  # pragma: no cover - the types said one was not a Step
 
 
 class _Kinds:
@@ -390,17 +393,19 @@ class _Kinds:
         # Consecutive steps mostly share their function: ask inspect once for each run.
         last_run: object = None
         last_async = False
+        step_info, plain = self.step_info, self.plain
         for position, step in enumerate(steps):
-            kind = kind_of(step)
-            if kind == "step":
-                if step.run is not last_run:
-                    last_run = step.run
-                    last_async = is_async_callable(last_run)
+            run = step.run
+            # A plain step (its run, when the last plain step's, known not to be a workflow).
+            if type(step) is Step and (run is last_run or not is_workflow(run)):
+                if run is not last_run:
+                    last_run = run
+                    last_async = is_async_callable(run)
                 if not last_async:
-                    self.plain.append(position)
-                self.step_info[step.name] = StepInfo(step.version, step.depends_on, None)
+                    plain.append(position)
+                step_info[step.name] = StepInfo(step.version, step.depends_on, None)
             else:
-                self._other(position, step, kind)
+                self._other(position, step, kind_of(step))
             if step.encode is not None:
                 self.encoded.append(position)
             if step.when is not None:
