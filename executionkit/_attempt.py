@@ -234,6 +234,9 @@ class Attempts:
                 self._record.charge(step.name, None, "cancelled")  # spent all the same
                 landing.finished(position)
                 raise
+        if ending == VALUE and position not in self._special:
+            landing.returned(position, result)  # the common ending, in one call
+            return
         try:
             landing.ended(position, ending, result)
         finally:

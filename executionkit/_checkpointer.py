@@ -97,12 +97,22 @@ class Checkpointer:
                 await self._finish_write(*write)
         finally:
             self._writing = False
-            self._pass_turn()
+            if self._turns:
+                self._pass_turn()
 
     @property
     def saves(self) -> bool:
         """Whether `save_through` would save (else it returns ``(False, None)`` at once)."""
         return self._fn is not None and self.storage_error is None
+
+    @property
+    def behind(self) -> bool:
+        """Whether something changed since the last checkpoint, or a write is under way.
+
+        Without either, `save_through` would take no checkpoint, only await a task.
+        """
+        record = self._record
+        return self._writing or record.changes != record.saved
 
     @property
     def unsettled(self) -> bool:

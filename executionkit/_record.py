@@ -341,16 +341,30 @@ class Record:
     def merge(self) -> list[int]:
         """Record what landed, in declaration order; return those positions."""
         landed = self.landed
+        if len(landed) == 1 and not self.skips.decided:
+            # A chain's every batch: one output, nothing to sort.
+            position, (live, stored) = landed.popitem()
+            name = self.graph.names[position]
+            self.outputs[name] = live
+            self.log.append(name, stored)
+            self.executed.append(name)
+            return [position]
         completed = sorted(landed)
         names = self.graph.names
         outputs = self.outputs
-        record = self.log.append
+        # OutputLog.append, unrolled: this runs once per step.
+        log = self.log
+        index = log.index
+        log_names = log.names
+        log_values = log.values
         executed = self.executed.append
         for position in completed:
             name = names[position]
             live, stored = landed[position]
             outputs[name] = live
-            record(name, stored)
+            index[name] = len(log_names)
+            log_names.append(name)
+            log_values.append(stored)
             executed(name)
         landed.clear()
         if self.skips.decided:
@@ -407,7 +421,8 @@ class Record:
             self._describe_exactly(fields, since)
         if self._maps_asks_children and (self.items or self.questions or self.children):
             self._describe_rooms(fields, length)
-        if self.skips:
+        skips = self.skips
+        if skips.skipped or skips.decided:  # bool(skips), without the call
             described = fields.get("step_info")
             if described is None:
                 described = self.log.info(length, self.graph.step_info)
