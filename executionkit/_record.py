@@ -267,10 +267,13 @@ class Record:
                 cost = self.ledger.close(name, key, "failed", reported)
                 self.cost += cost
                 return cost, exc
-        cost = self.ledger.close(name, key, "ok", reported)
-        if cost is not _ZERO:
-            self.cost += cost
-            self.items.spent(name, cost)
+        if reported is None and not self._open:
+            cost = _ZERO  # the common case: nothing reported, so no ledger row
+        else:
+            cost = self.ledger.close(name, key, "ok", reported)
+            if cost is not _ZERO:
+                self.cost += cost
+                self.items.spent(name, cost)
         self.items.add(name, key, stored, result)
         return cost, None
 
