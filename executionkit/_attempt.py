@@ -410,7 +410,7 @@ class Attempts:
                 )
             if wasted != ZERO:
                 # What the failed attempt spent is saved before the next one starts.
-                self._host.save_later(asyncio.get_running_loop())
+                self._host.save_later()
             await asyncio.sleep(delay)
             attempt += 1
             if announcer.observed:

@@ -277,7 +277,7 @@ class Checkpointer:
             self._saver = loop.create_task(self._serve_waiters(), context=self._caller_context)
         return future
 
-    def save_later(self, loop: asyncio.AbstractEventLoop) -> None:
+    def save_later(self) -> None:
         """Have the record checkpointed up to now, soon; with no future to wait on.
 
         `save_soon` for those that do not wait (a map's items, one call each):
@@ -287,7 +287,9 @@ class Checkpointer:
             return
         self._wanted = self._record.changes
         if self._saver is None or self._saver.done():
-            self._saver = loop.create_task(self._serve_waiters(), context=self._caller_context)
+            self._saver = asyncio.get_running_loop().create_task(
+                self._serve_waiters(), context=self._caller_context
+            )
 
     async def _serve_waiters(self) -> None:
         # Keep checkpointing while some step waits for its progress to be saved (or

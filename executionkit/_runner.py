@@ -364,7 +364,7 @@ class Run(Landing):
             cost, error = record.land_item(position, key, value)
             if error is None:
                 if position not in self._maps_run.in_turn:  # those the map saves itself
-                    self._checkpointer.save_later(asyncio.get_running_loop())
+                    self._checkpointer.save_later()
                 if self._observed:
                     done = len(record.recorded_items(self._graph.names[position]))
                     self._announcer.item_finished(position, key, began, cost, done)
