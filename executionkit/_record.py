@@ -65,6 +65,8 @@ class Record:
         self._encoded = graph.encoded
         self.budget = options.budget
         self._validate_json = options.validate_json
+        # Outputs are stored as returned: no step encodes, nothing is checked.
+        self._kept_as_is = not options.validate_json and not graph.encoded
         context = options.context
         if options.resume_from is None:
             state = Restored(
@@ -93,7 +95,6 @@ class Record:
         self.run_id = state.run_id if state.run_id is not None else _new_run_id()
         outputs = self.outputs
         self.restored = tuple(name for name in graph.names if name in outputs) if outputs else ()
-        self.executed: list[str] = []
         # Failures of this run, by position; they stay in every later checkpoint's `errors`.
         self.failures: dict[int, Exception] = {}
         # Outputs that landed since the last merge: position -> (live output, stored form).
@@ -122,6 +123,8 @@ class Record:
         self._maps_asks_children = bool(graph.maps or graph.asks or graph.workflows)
         if options.answers or state.pending:
             self._answer(options.answers)
+        # Every output the log gets from here on is of a step this run executed (merge).
+        self._first_executed = len(self.log.names)
 
     def _start_ledger(
         self,
@@ -215,6 +218,13 @@ class Record:
             self.landed[position] = self.items.finish(self.graph.names[position], result)
             self.changes += 1
             return _ZERO
+        if self._kept_as_is and not self._open and not isinstance(result, PatternResult):
+            # The common case: stored as returned, nothing reported, so no ledger row.
+            self.landed[position] = (result, result)
+            if self.progress:
+                self.progress.pop(self.graph.names[position], None)
+            self.changes += 1
+            return _ZERO
         name = self.graph.names[position]
         reported = None
         if isinstance(result, PatternResult):
@@ -240,6 +250,11 @@ class Record:
             self.progress.pop(name, None)
         self.changes += 1
         return cost
+
+    @property
+    def executed(self) -> list[str]:
+        """The steps this run executed and recorded, in recording order (a new list)."""
+        return self.log.names[self._first_executed :]
 
     def recorded_items(self, name: str) -> Collection[str]:
         """The keys of the items of map step ``name`` recorded so far."""
@@ -350,7 +365,6 @@ class Record:
             name = self.graph.names[position]
             self.outputs[name] = live
             self.log.append(name, stored)
-            self.executed.append(name)
             return [position]
         completed = sorted(landed)
         names = self.graph.names
@@ -360,7 +374,6 @@ class Record:
         index = log.index
         log_names = log.names
         log_values = log.values
-        executed = self.executed.append
         for position in completed:
             name = names[position]
             live, stored = landed[position]
@@ -368,7 +381,6 @@ class Record:
             index[name] = len(log_names)
             log_names.append(name)
             log_values.append(stored)
-            executed(name)
         landed.clear()
         if self.skips.decided:
             return self.skips.merge(completed)
