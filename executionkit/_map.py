@@ -25,7 +25,7 @@ from executionkit._state_items import item_pairs
 from executionkit.events import ItemStarted, MapStarted, StepInvalidated
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Mapping
+    from collections.abc import Awaitable, Callable, Coroutine, Mapping
 
     from executionkit._announcer import Announcer
     from executionkit._checkpointer import Checkpointer
@@ -267,6 +267,12 @@ class _Driver:
     def _start_items(self, todo: list[tuple[str, Any]], limit: int | None) -> bool:
         """Start items while allowed; return whether one waits for a concurrency slot."""
         loop = asyncio.get_running_loop()
+        create_task: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]]
+        if loop.get_task_factory() is None:
+            # What loop.create_task does then, without its checks on every call.
+            create_task = partial(asyncio.Task, loop=loop)
+        else:
+            create_task = loop.create_task
         tasks = self.tasks
         policies = self.run_.policies
         announcer = self.run_.announcer
@@ -279,7 +285,7 @@ class _Driver:
             key, item = todo.pop()
             if announcer.observed:
                 announcer.emit(ItemStarted(self.run_.run_id, self.name, key, 1))
-            tasks[key] = loop.create_task(self._one(key, item))
+            tasks[key] = create_task(self._one(key, item))
         return False
 
     async def _one(self, key: str, item: Any) -> None:
