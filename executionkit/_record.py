@@ -425,11 +425,8 @@ class Record:
         if ledger.open or in_flight.maps or self.landed:
             fields["in_flight"] = in_flight.now()
         elif in_flight.next_up:
-            # Only steps about to start: in_flight is computed when read (none of them
-            # ended since they were listed while nothing changed).
-            fields["_next"] = (
-                in_flight.next_up if in_flight.listed_at == self.changes else in_flight.pending()
-            )
+            # Only steps about to start: in_flight is computed when read.
+            fields["_next"] = in_flight.upcoming()
         if self.failures:
             fields["errors"] = self._error_texts()
         if self.landed or self.progress or self._reported:

@@ -222,9 +222,8 @@ class Run(Landing):
             else:
                 recorded = record.merge()
             ready = frontier.complete(recorded)
-            # In the checkpoint's in_flight: they start next (if anything does).
             # In the checkpoint's in_flight: they start next (if anything does). The
-            # batch's list is never changed after this (InFlight.coming, after a batch).
+            # batch's list is never changed after this.
             in_flight.next_up = ready if policies.may_begin_batch() else []
             in_flight.listed_at = record.changes
             await save()
@@ -259,10 +258,11 @@ class Run(Landing):
                     if not running.count and not (ready and self._policies.waits_for_slot()):
                         break
                     await running.wait()
-            for position in frontier.complete(record.merge()):
+            fresh = frontier.complete(record.merge())
+            for position in fresh:
                 heapq.heappush(ready, position)
             # In the checkpoint's in_flight: they start next (if anything does).
-            record.in_flight.coming(ready if self._policies.may_start_ready() else None)
+            record.in_flight.coming(ready if self._policies.may_start_ready() else None, fresh)
             # Steps that finish while checkpoint_fn runs are folded into the next one.
             await save()
         self._more = self._more or bool(ready)
