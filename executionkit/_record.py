@@ -18,10 +18,11 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from executionkit._checkpoint import SharedFields, WorkflowCheckpoint, trusted_checkpoint
-from executionkit._errors import BudgetExceeded, WorkflowFailed, error_text
+from executionkit._errors import BudgetExceeded, WorkflowFailed
 from executionkit._ledger import ZERO, Ledger, Spending
 from executionkit._plain import plain_copy
 from executionkit._questions import join_path
+from executionkit._record_fields import describe_exactly, describe_rooms, error_texts
 from executionkit._result import WorkflowResult
 from executionkit._resume import Restored, restore
 from executionkit._snapshot import Extended, OutputLog
@@ -106,7 +107,8 @@ class Record:
         self.last: WorkflowCheckpoint | None = options.resume_from
         self._start_ledger(graph, options, state, tuple(sorted(context)))
         self._snapshot_length = len(self.log)
-        self._reported: set[str] = set()
+        # Names a mid-batch checkpoint announced as new before they were merged.
+        self.reported: set[str] = set()
         # The rooms of the kinds of step that record more than an output, each its own
         # state: skips, the items of unfinished maps, questions, sub-workflows.
         self.skips = Skips(graph.names, state.skipped)
@@ -117,7 +119,7 @@ class Record:
         self.items = Items(state.items)
         self.questions = Questions(graph, state.pending)
         self.children = Children(state.children)
-        self._rooms = (self.items, self.questions, self.children)
+        self.rooms = (self.items, self.questions, self.children)
         self._maps = graph.maps
         # Only graphs with such steps can have anything in those rooms.
         self._maps_asks_children = bool(graph.maps or graph.asks or graph.workflows)
@@ -364,7 +366,10 @@ class Record:
             position, (live, stored) = landed.popitem()
             name = self.graph.names[position]
             self.outputs[name] = live
-            self.log.append(name, stored)
+            log = self.log  # OutputLog.append, unrolled
+            log.index[name] = len(log.names)
+            log.names.append(name)
+            log.values.append(stored)
             return [position]
         completed = sorted(landed)
         names = self.graph.names
@@ -425,14 +430,19 @@ class Record:
         if ledger.open or in_flight.maps or self.landed:
             fields["in_flight"] = in_flight.now()
         elif in_flight.next_up:
-            # Only steps about to start: in_flight is computed when read.
-            fields["_next"] = in_flight.upcoming()
+            # Only steps about to start: in_flight is computed when read. The list itself
+            # when none of them ended since it was listed (a batch's, nothing changed).
+            fields["_next"] = (
+                in_flight.next_up
+                if in_flight.listed_at == self.changes and not in_flight.growing
+                else in_flight.upcoming()
+            )
         if self.failures:
-            fields["errors"] = self._error_texts()
-        if self.landed or self.progress or self._reported:
-            self._describe_exactly(fields, since)
+            fields["errors"] = error_texts(self)
+        if self.landed or self.progress or self.reported:
+            describe_exactly(self, fields, since)
         if self._maps_asks_children and (self.items or self.questions or self.children):
-            self._describe_rooms(fields, length)
+            describe_rooms(self, fields, length)
         skips = self.skips
         if skips.skipped or skips.decided:  # bool(skips), without the call
             described = fields.get("step_info")
@@ -443,58 +453,6 @@ class Record:
         checkpoint = trusted_checkpoint(fields)
         self.last = checkpoint
         return checkpoint
-
-    def _describe_exactly(self, fields: dict[str, Any], since: int) -> None:
-        """Fill in the fields a rare checkpoint cannot derive from the log alone.
-
-        Mid-batch (a step saved progress), outputs that landed in this batch are
-        not in the log yet, so the checkpoint gets a copy; steps holding progress
-        are described in ``step_info`` too; and names a mid-batch checkpoint
-        already announced as new are not announced again.
-        """
-        log = self.log
-        info = self.graph.step_info
-        outputs: Mapping[str, Any] = log.outputs(len(log.names))
-        new = log.names_between(since, len(log.names))
-        if self.landed:
-            names = self.graph.names
-            landed = sorted(self.landed)
-            copied = dict(outputs)
-            copied.update((names[p], self.landed[p][1]) for p in landed)
-            outputs = MappingProxyType(copied)
-            new += tuple(names[p] for p in landed)
-        if self._reported:
-            new = tuple(name for name in new if name not in self._reported)
-        if self.landed:
-            self._reported.update(new)
-        else:
-            self._reported.clear()
-        described = {**outputs, **self.progress}
-        fields["step_index"] = len(outputs)
-        fields["outputs"] = outputs
-        fields["step_info"] = MappingProxyType({name: info[name] for name in described})
-        fields["new_outputs"] = new
-        if self.progress:
-            fields["progress"] = MappingProxyType(dict(self.progress))
-
-    def _describe_rooms(self, fields: dict[str, Any], length: int) -> None:
-        """Add what the rooms hold (items of unfinished maps, questions, children)."""
-        info = self.graph.step_info
-        named: list[str] = []
-        for room in self._rooms:
-            if room:
-                named += room.describe(fields)
-        described = fields.get("step_info")
-        if described is None:
-            described = self.log.info(length, info)
-        extra = {name: info[name] for name in named if name not in described}
-        fields["step_info"] = MappingProxyType(Extended(described, extra))
-
-    def _error_texts(self) -> Mapping[str, str]:
-        names = self.graph.names
-        return MappingProxyType(
-            {names[p]: error_text(e) for p, e in sorted(self.failures.items())}
-        )
 
     def latest(self) -> WorkflowCheckpoint:
         """The checkpoint of everything recorded, taking one in memory if none is current."""
