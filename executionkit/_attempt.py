@@ -234,6 +234,9 @@ class Attempts:
                 self._record.charge(step.name, None, "cancelled")  # spent all the same
                 landing.finished(position)
                 raise
+        if ending == VALUE and position not in self._special:
+            landing.returned(position, result)  # the common ending, in one call
+            return
         try:
             landing.ended(position, ending, result)
         finally:
@@ -407,7 +410,7 @@ class Attempts:
                 )
             if wasted != ZERO:
                 # What the failed attempt spent is saved before the next one starts.
-                self._host.save_later(asyncio.get_running_loop())
+                self._host.save_later()
             await asyncio.sleep(delay)
             attempt += 1
             if announcer.observed:

@@ -97,12 +97,22 @@ class Checkpointer:
                 await self._finish_write(*write)
         finally:
             self._writing = False
-            self._pass_turn()
+            if self._turns:
+                self._pass_turn()
 
     @property
     def saves(self) -> bool:
         """Whether `save_through` would save (else it returns ``(False, None)`` at once)."""
         return self._fn is not None and self.storage_error is None
+
+    @property
+    def behind(self) -> bool:
+        """Whether something changed since the last checkpoint, or a write is under way.
+
+        Without either, `save_through` would take no checkpoint, only await a task.
+        """
+        record = self._record
+        return self._writing or record.changes != record.saved
 
     @property
     def unsettled(self) -> bool:
@@ -267,7 +277,7 @@ class Checkpointer:
             self._saver = loop.create_task(self._serve_waiters(), context=self._caller_context)
         return future
 
-    def save_later(self, loop: asyncio.AbstractEventLoop) -> None:
+    def save_later(self) -> None:
         """Have the record checkpointed up to now, soon; with no future to wait on.
 
         `save_soon` for those that do not wait (a map's items, one call each):
@@ -277,7 +287,9 @@ class Checkpointer:
             return
         self._wanted = self._record.changes
         if self._saver is None or self._saver.done():
-            self._saver = loop.create_task(self._serve_waiters(), context=self._caller_context)
+            self._saver = asyncio.get_running_loop().create_task(
+                self._serve_waiters(), context=self._caller_context
+            )
 
     async def _serve_waiters(self) -> None:
         # Keep checkpointing while some step waits for its progress to be saved (or

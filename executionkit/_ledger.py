@@ -266,6 +266,8 @@ class Spending:
     def of(cls, entries: Iterable[LedgerEntry], restored: int = 0) -> Spending:
         """Sum ``entries``; the first ``restored`` of them came from the checkpoint resumed."""
         rows = tuple(entries)
+        if not rows:
+            return _NOTHING  # a run that reported no usage: one frozen value for all
         return _summed([(row, position < restored) for position, row in enumerate(rows)])
 
     @property
@@ -312,3 +314,6 @@ def _summed(pairs: list[tuple[LedgerEntry, bool]]) -> Spending:
             restored_rows += 1
     total = spent + wasted
     return Spending(tuple(rows), spent, wasted, unknown, total - before, before, restored_rows)
+
+
+_NOTHING = Spending((), _ZERO, _ZERO, 0, _ZERO, _ZERO)

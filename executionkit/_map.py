@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from executionkit._aio import wait_through
@@ -24,7 +25,7 @@ from executionkit._state_items import item_pairs
 from executionkit.events import ItemStarted, MapStarted, StepInvalidated
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Mapping
+    from collections.abc import Awaitable, Callable, Coroutine, Mapping
 
     from executionkit._announcer import Announcer
     from executionkit._checkpointer import Checkpointer
@@ -162,14 +163,27 @@ class _Driver:
         # Items count against the run's slots only under a limit (nothing reads them else).
         self.slots = slots if takes_slots and slots.limit is not None else None
         self.failures: dict[str, Exception] = {}
-        self.tasks: set[asyncio.Task[None]] = set()
+        # The items running, by key. An item's task says it is done at the end of its
+        # own body (no done callback, a loop iteration each); one cancelled before its
+        # body began gets a callback then (`_cancel`).
+        self.tasks: dict[str, asyncio.Task[None]] = {}
         self.wake: asyncio.Future[None] | None = None
 
-    def _done(self, task: asyncio.Task[None]) -> None:
-        self.tasks.discard(task)
+    def _done(self, key: str) -> None:
+        del self.tasks[key]
         if self.slots is not None:
             self.slots.release()  # wakes this driver too, through _wake_up
         self._wake_up()
+
+    def _cancel(self) -> None:
+        """Cancel every item running; those whose body never begins are done all the same."""
+        for key, task in list(self.tasks.items()):
+            if task.cancel():
+                task.add_done_callback(partial(self._done_unstarted, key))
+
+    def _done_unstarted(self, key: str, task: asyncio.Task[None]) -> None:
+        if self.tasks.get(key) is task:  # its body never ran, so never said it was done
+            self._done(key)
 
     def _wake_up(self) -> None:
         wake = self.wake
@@ -207,8 +221,7 @@ class _Driver:
                 self.wake = loop.create_future()
                 await self.wake
         except asyncio.CancelledError:
-            for task in tasks:
-                task.cancel()
+            self._cancel()
             while tasks:
                 self.wake = loop.create_future()
                 await wait_through(self.wake)
@@ -254,6 +267,12 @@ class _Driver:
     def _start_items(self, todo: list[tuple[str, Any]], limit: int | None) -> bool:
         """Start items while allowed; return whether one waits for a concurrency slot."""
         loop = asyncio.get_running_loop()
+        create_task: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]]
+        if loop.get_task_factory() is None:
+            # What loop.create_task does then, without its checks on every call.
+            create_task = partial(asyncio.Task, loop=loop)
+        else:
+            create_task = loop.create_task
         tasks = self.tasks
         policies = self.run_.policies
         announcer = self.run_.announcer
@@ -266,26 +285,27 @@ class _Driver:
             key, item = todo.pop()
             if announcer.observed:
                 announcer.emit(ItemStarted(self.run_.run_id, self.name, key, 1))
-            task = loop.create_task(self._one(key, item))
-            tasks.add(task)
-            task.add_done_callback(self._done)
+            tasks[key] = create_task(self._one(key, item))
         return False
 
     async def _one(self, key: str, item: Any) -> None:
         began = time.perf_counter()
         ending: Ending
         try:
-            value = await self.run_item(key, item)
-        except BaseException as exc:  # noqa: BLE001 - sorted by caught(), the one ladder
-            ending, value = caught(exc, f"item {key!r} of step {self.name!r}")
-        else:
-            ending = UNFINISHED if type(value) is Unfinished else VALUE
-        unrecorded = self.run_.landing.ended(self.position, ending, value, key, began)
-        if ending == FAILED or unrecorded is not None:
-            self.failures[key] = unrecorded or value
-            if ending == FAILED and self.run_.policies.after_failure() == "cancel":
-                for other in self.tasks:
-                    other.cancel()
+            try:
+                value = await self.run_item(key, item)
+            except BaseException as exc:  # noqa: BLE001 - sorted by caught(), the one ladder
+                ending, value = caught(exc, f"item {key!r} of step {self.name!r}")
+            else:
+                ending = UNFINISHED if type(value) is Unfinished else VALUE
+            unrecorded = self.run_.landing.ended(self.position, ending, value, key, began)
+            if ending == FAILED or unrecorded is not None:
+                self.failures[key] = unrecorded or value
+                if ending == FAILED and self.run_.policies.after_failure() == "cancel":
+                    self._cancel()
+        finally:
+            if key in self.tasks:  # a task's (run_in_turn awaits it without one)
+                self._done(key)
 
     def failed(self, total: int) -> ExceptionGroup[Exception]:
         """The error of the map step: every item's error, each noted with its key."""

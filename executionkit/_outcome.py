@@ -75,3 +75,10 @@ class Landing(Protocol):
     def finished(self, position: int) -> None:
         """The step's task (or its inline call) is over: release what it held."""
         ...
+
+    def returned(self, position: int, value: Any) -> None:
+        """`ended` with `VALUE`, then `finished`, for a step that is no map, ask or child.
+
+        The common ending of a step's task, in one call.
+        """
+        ...

@@ -79,7 +79,7 @@ class Policies:
         *,
         eager: bool,
         failures: Collection[object],
-        over_budget: Callable[[], bool],
+        over_budget: Callable[[], bool] | None,
     ) -> None:
         """Rules for a run with ``on_error``, its ``slots``, and its record's state."""
         self.on_error = on_error
@@ -87,6 +87,7 @@ class Policies:
         self._eager = eager
         # Read, not called: the rules are asked before every step starts.
         self._failures = failures
+        # None: the run has no budget, so nothing is asked before each step and batch.
         self._over_budget = over_budget
         # Set once the run stops for good: an interrupt, or checkpoint_fn failed.
         self.stopping = False
@@ -97,7 +98,8 @@ class Policies:
             return False
         if self._failures and self.on_error != "continue":
             return False
-        return not self._over_budget()
+        over_budget = self._over_budget
+        return over_budget is None or not over_budget()
 
     def may_start_ready(self) -> bool:
         """Whether steps that are ready may still start (eager mode), slots aside."""
@@ -150,7 +152,8 @@ class Policies:
     def _may_start_more(self) -> bool:
         if self._failures and self.on_error != "continue":
             return False
-        return not self._over_budget()
+        over_budget = self._over_budget
+        return over_budget is None or not over_budget()
 
     def after_failure(self) -> FailureMeans:
         """What a step or item that failed means for the rest of the run."""

@@ -18,10 +18,11 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from executionkit._checkpoint import SharedFields, WorkflowCheckpoint, trusted_checkpoint
-from executionkit._errors import BudgetExceeded, WorkflowFailed, error_text
+from executionkit._errors import BudgetExceeded, WorkflowFailed
 from executionkit._ledger import ZERO, Ledger, Spending
 from executionkit._plain import plain_copy
 from executionkit._questions import join_path
+from executionkit._record_fields import describe_exactly, describe_rooms, error_texts
 from executionkit._result import WorkflowResult
 from executionkit._resume import Restored, restore
 from executionkit._snapshot import Extended, OutputLog
@@ -65,6 +66,8 @@ class Record:
         self._encoded = graph.encoded
         self.budget = options.budget
         self._validate_json = options.validate_json
+        # Outputs are stored as returned: no step encodes, nothing is checked.
+        self._kept_as_is = not options.validate_json and not graph.encoded
         context = options.context
         if options.resume_from is None:
             state = Restored(
@@ -93,7 +96,6 @@ class Record:
         self.run_id = state.run_id if state.run_id is not None else _new_run_id()
         outputs = self.outputs
         self.restored = tuple(name for name in graph.names if name in outputs) if outputs else ()
-        self.executed: list[str] = []
         # Failures of this run, by position; they stay in every later checkpoint's `errors`.
         self.failures: dict[int, Exception] = {}
         # Outputs that landed since the last merge: position -> (live output, stored form).
@@ -105,7 +107,8 @@ class Record:
         self.last: WorkflowCheckpoint | None = options.resume_from
         self._start_ledger(graph, options, state, tuple(sorted(context)))
         self._snapshot_length = len(self.log)
-        self._reported: set[str] = set()
+        # Names a mid-batch checkpoint announced as new before they were merged.
+        self.reported: set[str] = set()
         # The rooms of the kinds of step that record more than an output, each its own
         # state: skips, the items of unfinished maps, questions, sub-workflows.
         self.skips = Skips(graph.names, state.skipped)
@@ -116,12 +119,14 @@ class Record:
         self.items = Items(state.items)
         self.questions = Questions(graph, state.pending)
         self.children = Children(state.children)
-        self._rooms = (self.items, self.questions, self.children)
+        self.rooms = (self.items, self.questions, self.children)
         self._maps = graph.maps
         # Only graphs with such steps can have anything in those rooms.
         self._maps_asks_children = bool(graph.maps or graph.asks or graph.workflows)
         if options.answers or state.pending:
             self._answer(options.answers)
+        # Every output the log gets from here on is of a step this run executed (merge).
+        self._first_executed = len(self.log.names)
 
     def _start_ledger(
         self,
@@ -215,6 +220,13 @@ class Record:
             self.landed[position] = self.items.finish(self.graph.names[position], result)
             self.changes += 1
             return _ZERO
+        if self._kept_as_is and not self._open and not isinstance(result, PatternResult):
+            # The common case: stored as returned, nothing reported, so no ledger row.
+            self.landed[position] = (result, result)
+            if self.progress:
+                self.progress.pop(self.graph.names[position], None)
+            self.changes += 1
+            return _ZERO
         name = self.graph.names[position]
         reported = None
         if isinstance(result, PatternResult):
@@ -240,6 +252,11 @@ class Record:
             self.progress.pop(name, None)
         self.changes += 1
         return cost
+
+    @property
+    def executed(self) -> list[str]:
+        """The steps this run executed and recorded, in recording order (a new list)."""
+        return self.log.names[self._first_executed :]
 
     def recorded_items(self, name: str) -> Collection[str]:
         """The keys of the items of map step ``name`` recorded so far."""
@@ -267,10 +284,13 @@ class Record:
                 cost = self.ledger.close(name, key, "failed", reported)
                 self.cost += cost
                 return cost, exc
-        cost = self.ledger.close(name, key, "ok", reported)
-        if cost is not _ZERO:
-            self.cost += cost
-            self.items.spent(name, cost)
+        if reported is None and not self._open:
+            cost = _ZERO  # the common case: nothing reported, so no ledger row
+        else:
+            cost = self.ledger.close(name, key, "ok", reported)
+            if cost is not _ZERO:
+                self.cost += cost
+                self.items.spent(name, cost)
         self.items.add(name, key, stored, result)
         return cost, None
 
@@ -341,17 +361,31 @@ class Record:
     def merge(self) -> list[int]:
         """Record what landed, in declaration order; return those positions."""
         landed = self.landed
+        if len(landed) == 1 and not self.skips.decided:
+            # A chain's every batch: one output, nothing to sort.
+            position, (live, stored) = landed.popitem()
+            name = self.graph.names[position]
+            self.outputs[name] = live
+            log = self.log  # OutputLog.append, unrolled
+            log.index[name] = len(log.names)
+            log.names.append(name)
+            log.values.append(stored)
+            return [position]
         completed = sorted(landed)
         names = self.graph.names
         outputs = self.outputs
-        record = self.log.append
-        executed = self.executed.append
+        # OutputLog.append, unrolled: this runs once per step.
+        log = self.log
+        index = log.index
+        log_names = log.names
+        log_values = log.values
         for position in completed:
             name = names[position]
             live, stored = landed[position]
             outputs[name] = live
-            record(name, stored)
-            executed(name)
+            index[name] = len(log_names)
+            log_names.append(name)
+            log_values.append(stored)
         landed.clear()
         if self.skips.decided:
             return self.skips.merge(completed)
@@ -396,18 +430,21 @@ class Record:
         if ledger.open or in_flight.maps or self.landed:
             fields["in_flight"] = in_flight.now()
         elif in_flight.next_up:
-            # Only steps about to start: in_flight is computed when read (none of them
-            # ended since they were listed while nothing changed).
+            # Only steps about to start: in_flight is computed when read. The list itself
+            # when none of them ended since it was listed (a batch's, nothing changed).
             fields["_next"] = (
-                in_flight.next_up if in_flight.listed_at == self.changes else in_flight.pending()
+                in_flight.next_up
+                if in_flight.listed_at == self.changes and not in_flight.growing
+                else in_flight.upcoming()
             )
         if self.failures:
-            fields["errors"] = self._error_texts()
-        if self.landed or self.progress or self._reported:
-            self._describe_exactly(fields, since)
+            fields["errors"] = error_texts(self)
+        if self.landed or self.progress or self.reported:
+            describe_exactly(self, fields, since)
         if self._maps_asks_children and (self.items or self.questions or self.children):
-            self._describe_rooms(fields, length)
-        if self.skips:
+            describe_rooms(self, fields, length)
+        skips = self.skips
+        if skips.skipped or skips.decided:  # bool(skips), without the call
             described = fields.get("step_info")
             if described is None:
                 described = self.log.info(length, self.graph.step_info)
@@ -416,58 +453,6 @@ class Record:
         checkpoint = trusted_checkpoint(fields)
         self.last = checkpoint
         return checkpoint
-
-    def _describe_exactly(self, fields: dict[str, Any], since: int) -> None:
-        """Fill in the fields a rare checkpoint cannot derive from the log alone.
-
-        Mid-batch (a step saved progress), outputs that landed in this batch are
-        not in the log yet, so the checkpoint gets a copy; steps holding progress
-        are described in ``step_info`` too; and names a mid-batch checkpoint
-        already announced as new are not announced again.
-        """
-        log = self.log
-        info = self.graph.step_info
-        outputs: Mapping[str, Any] = log.outputs(len(log.names))
-        new = log.names_between(since, len(log.names))
-        if self.landed:
-            names = self.graph.names
-            landed = sorted(self.landed)
-            copied = dict(outputs)
-            copied.update((names[p], self.landed[p][1]) for p in landed)
-            outputs = MappingProxyType(copied)
-            new += tuple(names[p] for p in landed)
-        if self._reported:
-            new = tuple(name for name in new if name not in self._reported)
-        if self.landed:
-            self._reported.update(new)
-        else:
-            self._reported.clear()
-        described = {**outputs, **self.progress}
-        fields["step_index"] = len(outputs)
-        fields["outputs"] = outputs
-        fields["step_info"] = MappingProxyType({name: info[name] for name in described})
-        fields["new_outputs"] = new
-        if self.progress:
-            fields["progress"] = MappingProxyType(dict(self.progress))
-
-    def _describe_rooms(self, fields: dict[str, Any], length: int) -> None:
-        """Add what the rooms hold (items of unfinished maps, questions, children)."""
-        info = self.graph.step_info
-        named: list[str] = []
-        for room in self._rooms:
-            if room:
-                named += room.describe(fields)
-        described = fields.get("step_info")
-        if described is None:
-            described = self.log.info(length, info)
-        extra = {name: info[name] for name in named if name not in described}
-        fields["step_info"] = MappingProxyType(Extended(described, extra))
-
-    def _error_texts(self) -> Mapping[str, str]:
-        names = self.graph.names
-        return MappingProxyType(
-            {names[p]: error_text(e) for p, e in sorted(self.failures.items())}
-        )
 
     def latest(self) -> WorkflowCheckpoint:
         """The checkpoint of everything recorded, taking one in memory if none is current."""

@@ -61,6 +61,7 @@ class Run(Landing):
         # a step holding a slot would wait for its own inner run, which waits for one).
         slots = SHARED_SLOTS.get()
         self._parent = PARENT_STEP.get()
+        self._child = slots is not None  # a sub-workflow's run
         if slots is None:
             slots = Slots(options.max_concurrency)
         else:
@@ -82,7 +83,7 @@ class Run(Landing):
             slots,
             eager=self._eager,
             failures=record.failures,
-            over_budget=record.over_budget,
+            over_budget=None if options.budget is None else record.over_budget,
         )
         # Steps a condition may skip are decided just before they would start.
         self._conditions = Conditions(graph, options.context, record.outputs, record.skips.skipped)
@@ -221,9 +222,8 @@ class Run(Landing):
             else:
                 recorded = record.merge()
             ready = frontier.complete(recorded)
-            # In the checkpoint's in_flight: they start next (if anything does).
             # In the checkpoint's in_flight: they start next (if anything does). The
-            # batch's list is never changed after this (InFlight.coming, after a batch).
+            # batch's list is never changed after this.
             in_flight.next_up = ready if policies.may_begin_batch() else []
             in_flight.listed_at = record.changes
             await save()
@@ -258,10 +258,11 @@ class Run(Landing):
                     if not running.count and not (ready and self._policies.waits_for_slot()):
                         break
                     await running.wait()
-            for position in frontier.complete(record.merge()):
+            fresh = frontier.complete(record.merge())
+            for position in fresh:
                 heapq.heappush(ready, position)
             # In the checkpoint's in_flight: they start next (if anything does).
-            record.in_flight.coming(ready if self._policies.may_start_ready() else None)
+            record.in_flight.coming(ready if self._policies.may_start_ready() else None, fresh)
             # Steps that finish while checkpoint_fn runs are folded into the next one.
             await save()
         self._more = self._more or bool(ready)
@@ -340,6 +341,21 @@ class Run(Landing):
             self._more = True
         return None
 
+    def returned(self, position: int, value: Any) -> None:
+        """A step (not a map, an ask or a sub-workflow) returned ``value``; it no longer runs.
+
+        `ended` with `VALUE`, then `finished`, without their dispatch: the path
+        of almost every step.
+        """
+        try:
+            cost = self._record.land(position, value)
+            if cost is None:
+                self._failed(position)
+            elif self._observed:
+                self._announcer.finished(position, cost)
+        finally:
+            self._running.finished(position)
+
     def _item_ended(
         self, position: int, key: str, ending: Ending, value: Any, began: float
     ) -> Exception | None:
@@ -348,7 +364,7 @@ class Run(Landing):
             cost, error = record.land_item(position, key, value)
             if error is None:
                 if position not in self._maps_run.in_turn:  # those the map saves itself
-                    self._checkpointer.save_later(asyncio.get_running_loop())
+                    self._checkpointer.save_later()
                 if self._observed:
                     done = len(record.recorded_items(self._graph.names[position]))
                     self._announcer.item_finished(position, key, began, cost, done)
@@ -447,7 +463,11 @@ class Run(Landing):
         record.book_late(closing=True)
         record.in_flight.coming(None)  # nothing starts after this: the last checkpoint lists none
         checkpointer = self._checkpointer
-        saved, error = await checkpointer.save_through() if checkpointer.saves else (False, None)
+        # With nothing left to save, a run of its own skips the task save_through awaits. A
+        # sub-workflow's run does not: its parent's other work (the sibling items of a map
+        # of sub-workflows) keeps running there before the parent hears it ended.
+        saves = checkpointer.saves and (self._child or checkpointer.behind)
+        saved, error = await checkpointer.save_through() if saves else (False, None)
         cancelled = cancelled or saved
         if cancelled and self._interrupt is None:
             self._interrupt = asyncio.CancelledError()

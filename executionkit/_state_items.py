@@ -72,12 +72,13 @@ class Items:
         entry = self._entry(name)
         entry.cost += cost
 
-    def add(self, name: str, key: str, stored: Any, live: Any) -> int:
-        """Record item ``key`` of map ``name``; return how many items it has recorded."""
-        entry = self._entry(name)
+    def add(self, name: str, key: str, stored: Any, live: Any) -> None:
+        """Record item ``key`` of map ``name``."""
+        entry = self.maps.get(name)
+        if entry is None:
+            entry = self._entry(name)
         entry.log.append(key, stored)
         entry.live[key] = live
-        return len(entry.log)
 
     def finish(self, name: str, done: MapDone) -> tuple[Any, Any]:
         """Every item of map ``name`` is recorded: its output, live and stored, in item order."""

@@ -351,7 +351,7 @@ def test_the_checker_finds_names_that_do_not_exist() -> None:
         "`Run.ended` `Record.land_item` `Record.snapshot()` `_map.drive` `_Driver._one` "
         "`executionkit._runner.Run` `Running.count` `asyncio.Task` `self._exit` `_exit` "
         "`KeyboardInterrupt` `_runner.py` `stores/_sqlite.py` `tests/cancel_harness.py` "
-        "two-method `Landing`; `Items.add` (`_state_items.py`)"
+        "three-method `Landing`; `Items.add` (`_state_items.py`)"
     )
     assert missing_names(text) == []
     gone = (
@@ -368,7 +368,7 @@ def test_the_checker_finds_names_that_do_not_exist() -> None:
         "`_cancel_running`: nothing of executionkit has this name",
         "`_kinds.Kinds`: no such class member or module name",
         "`_kinds.py`: no such file",
-        "four-method `Landing`: its methods are ended, finished",
+        "four-method `Landing`: its methods are ended, finished, returned",
     ]
 
 

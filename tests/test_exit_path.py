@@ -425,8 +425,19 @@ def test_the_map_driver_raises_only_a_cancellation_once_every_item_was_awaited()
     assert not any(isinstance(node, ast.Return) for node in ast.walk(handler))
     assignments = [ast.unparse(node) for node in run.body if isinstance(node, ast.Assign)]
     assert "tasks = self.tasks" in assignments
-    # What empties `tasks`: each item task's done callback, once that task has ended.
-    assert "self.tasks.discard(task)" in ast.unparse(methods["_done"])
+    # What empties `tasks`: `_done`, called at the end of each item's own body (the
+    # finally of `_one`), and, for an item cancelled before its body began, by the done
+    # callback `_cancel` gives it.
+    assert "del self.tasks[key]" in ast.unparse(methods["_done"])
+    finals = [
+        ast.unparse(stmt)
+        for node in ast.walk(methods["_one"])
+        if isinstance(node, ast.Try)
+        for stmt in node.finalbody
+    ]
+    assert any("self._done(key)" in text for text in finals)
+    assert "self._done_unstarted" in ast.unparse(methods["_cancel"])
+    assert "self._done(key)" in ast.unparse(methods["_done_unstarted"])
 
 
 def test_drive_raises_only_the_items_errors() -> None:
