@@ -90,7 +90,8 @@ def next_ledger_rows(
     shared = fields.get("_shared")
     if shared is None or (previous is not None and vars(previous).get("_shared") is not shared):
         return None
-    if fields.get("_rows_since") != held:
+    # Without "_rows_since" the run added no row since the checkpoint before: "_rows".
+    if fields.get("_rows_since", fields.get("_rows")) != held:
         return None
     return checkpoint.new_ledger
 

@@ -22,7 +22,6 @@ import dataclasses
 import json
 import reprlib
 import threading
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from executionkit._checkpoint import WorkflowCheckpoint, trusted_checkpoint
@@ -38,6 +37,7 @@ from executionkit.stores._sql_items import (
     slim_header_items,
 )
 from executionkit.stores._sql_ledger import FORGET_DROPPED_LEDGER, LedgerRows
+from executionkit.stores._sql_next import Known, NextSave, fence, plan_next, write_next
 from executionkit.stores._sql_schema import (
     ADD,
     ADD_HEADER,
@@ -82,21 +82,6 @@ _CACHED_RUNS = 16
 _FIELDS = tuple(field.name for field in dataclasses.fields(WorkflowCheckpoint))
 
 
-@dataclass
-class Known:
-    """A run's latest checkpoint as this store object wrote it: its live output names."""
-
-    run_id: str
-    lineage: object  # what every checkpoint of the run that wrote it shares, or None
-    seq: int
-    written: int
-    next_ord: int
-    names: list[str]
-    ords: dict[str, int]
-    maps: dict[str, int]  # the number of live item rows of each unfinished map
-    ledger: int  # the number of live ledger rows
-
-
 def lineage(checkpoint: WorkflowCheckpoint) -> object:
     """What every checkpoint taken by one run shares (its output log), or None.
 
@@ -120,6 +105,8 @@ class SqlCheckpoints:
         self._lock = threading.Lock()
         self.items = ItemRows(name)
         self.ledger = LedgerRows(name)
+        self.version = SCHEMA_VERSION
+        self.fence = fence(dialect.next_written)
 
     # --- schema ---------------------------------------------------------------------
 
@@ -183,11 +170,43 @@ class SqlCheckpoints:
         """Write ``checkpoint`` if newer than the stored one of its run (see the stores).
 
         Returns what to pass to `committed` once the transaction commits, or None
-        when nothing was written (the same checkpoint again).
+        when nothing was written (the same checkpoint again). The run's next
+        checkpoint after the one this object saved last is written without a
+        read (`executionkit.stores._sql_next`), unless the fence finds the stored
+        state changed: then the full save below reads and compares.
         """
-        stored_seq, written, next_ord = self._lock_run(db, run_id)
         with self._lock:  # a thread saving the same run meanwhile takes the slow path
             known = self._known.pop(run_id, None)
+        if known is not None:
+            plan = plan_next(self, known, checkpoint, header)
+            if plan is not None:
+                done = write_next(self, db, plan)
+                if done is not None:
+                    return done
+                known = None  # the stored run is not what this object wrote
+        return self._save(db, checkpoint, run_id, header, known)
+
+    def plan(self, run_id: str, checkpoint: WorkflowCheckpoint, header: str) -> NextSave | None:
+        """The fast save of ``checkpoint`` (see `plan_next`), taking the run's known state.
+
+        None, the known state left in place, when the checkpoint is not the run's next.
+        """
+        with self._lock:
+            known = self._known.pop(run_id, None)
+        plan = None if known is None else plan_next(self, known, checkpoint, header)
+        if plan is None and known is not None:
+            self.committed(known)
+        return plan
+
+    def _save(
+        self,
+        db: Database,
+        checkpoint: WorkflowCheckpoint,
+        run_id: str,
+        header: str,
+        known: Known | None,
+    ) -> Known | None:
+        stored_seq, written, next_ord = self._lock_run(db, run_id)
         after = known is not None and self._next(known, checkpoint, stored_seq, written)
         forgotten = False  # whether the stored header is deleted already
         if stored_seq >= 0:
@@ -200,14 +219,14 @@ class SqlCheckpoints:
         # The fast paths append only: they drop no output row, and item rows only of
         # the maps that finished. A store without history keeps no dropped row after
         # its save (below), so then there is nothing to forget but those.
-        outputs_appended = after and known is not None and self._follows(known, checkpoint)
+        outputs_appended = after and known is not None and self.follows(known, checkpoint)
         if outputs_appended and known is not None:
             names, ords, new = known.names, known.ords, list(checkpoint.new_outputs)
         else:
             names, ords, new, next_ord = self._diff(db, run_id, checkpoint, seq, next_ord)
         rows = []
         for name in new:
-            rows.append((run_id, next_ord, name, seq, self._value(checkpoint, name)))
+            rows.append((run_id, next_ord, name, seq, self.value(checkpoint, name)))
             names.append(name)
             ords[name] = next_ord
             next_ord += 1
@@ -237,7 +256,7 @@ class SqlCheckpoints:
         if done is None:  # pragma: no cover - the lock makes this unreachable
             raise stale(self.name, checkpoint, stored_seq)
         return Known(
-            run_id, lineage(checkpoint), seq, done[0], next_ord, names, ords, maps, ledger
+            run_id, lineage(checkpoint), seq, done[0], next_ord, names, ords, maps, ledger, header
         )
 
     @staticmethod
@@ -321,7 +340,7 @@ class SqlCheckpoints:
         )
 
     @staticmethod
-    def _follows(known: Known, checkpoint: WorkflowCheckpoint) -> bool:
+    def follows(known: Known, checkpoint: WorkflowCheckpoint) -> bool:
         """Whether the next checkpoint only appends ``new_outputs``: the counts agree."""
         new = checkpoint.new_outputs
         return len(checkpoint.outputs) == len(known.names) + len(new) and not any(
@@ -349,7 +368,7 @@ class SqlCheckpoints:
         wanted = list(checkpoint.outputs)
         kept = 0
         for (_, name, value), want in zip(live, wanted, strict=False):
-            if name != want or value != self._value(checkpoint, want):
+            if name != want or value != self.value(checkpoint, want):
                 break
             kept += 1
         for ord_, _, _ in live[kept:]:
@@ -396,7 +415,7 @@ class SqlCheckpoints:
             raise unstorable(checkpoint, self.name, exc) from exc
         return text
 
-    def _value(self, checkpoint: WorkflowCheckpoint, name: str) -> str:
+    def value(self, checkpoint: WorkflowCheckpoint, name: str) -> str:
         """One output and its step info as JSON: ``[output, info or null]``."""
         info = checkpoint.step_info.get(name)
         packed = None

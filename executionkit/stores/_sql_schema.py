@@ -83,6 +83,9 @@ ADD = """INSERT INTO executionkit_outputs (run_id, ord, name, added, dropped, va
 ADD_HEADER = (
     "INSERT INTO executionkit_headers (run_id, seq, created_at, header) VALUES (?, ?, ?, ?)"
 )
+# The header of the run's previous checkpoint becomes the new one's (a store without history).
+MOVE_HEADER = """UPDATE executionkit_headers SET seq = ?, created_at = ?, header = ?
+    WHERE run_id = ? AND seq = ?"""
 FORGET_HEADER = "DELETE FROM executionkit_headers WHERE run_id = ? AND seq = ?"
 FORGET_HEADER_RETURNING = f"{FORGET_HEADER} RETURNING header"
 # Rows no kept checkpoint can see: dropped at or before the oldest kept seq.

@@ -13,6 +13,7 @@ from executionkit.stores._claims import claimed, lock_owner, run_lock_name
 from executionkit.stores._files import check_regular
 from executionkit.stores._history import check_seq
 from executionkit.stores._sql import SqlCheckpoints
+from executionkit.stores._sql_next import write_next
 from executionkit.stores._sql_schema import Dialect, tables
 
 if TYPE_CHECKING:
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from executionkit._checkpoint import WorkflowCheckpoint
     from executionkit._ownership import RunOwner
     from executionkit.stores._history import CheckpointInfo
+    from executionkit.stores._sql_next import Known, NextSave
 
 _DIALECT = Dialect(
     schema=tables("INTEGER"),
@@ -209,14 +211,33 @@ class SQLiteStore:
             )
             raise ValueError(msg)
         header = self._sql.header(checkpoint)  # before creating the database file
+        plan = self._sql.plan(run_id, checkpoint, header)
         with self._connect() as connection:
             if id(connection) not in self._wal:
                 self._use_wal(connection)
             connection.execute("BEGIN IMMEDIATE")
             with connection:  # commits, or rolls back if anything raises
-                self._create(connection)
-                known = self._sql.save(connection, checkpoint, run_id, header)
+                known = None if plan is None else self._next(connection, plan)
+                if known is None:  # not the run's next, or the stored run changed
+                    self._create(connection)
+                    known = self._sql.save(connection, checkpoint, run_id, header)
         self._sql.committed(known)
+
+    def _next(self, connection: sqlite3.Connection, plan: NextSave) -> Known | None:
+        """Write the run's next checkpoint without reading first; None if the fence refused.
+
+        The fence also fails, writing nothing, when the tables are gone (dropped by
+        hand): the full save then creates them again.
+        """
+        import sqlite3  # noqa: PLC0415 - loaded already by _connect
+
+        before = connection.total_changes
+        try:
+            return write_next(self._sql, connection, plan)
+        except sqlite3.OperationalError:
+            if connection.total_changes != before:
+                raise
+            return None
 
     def load(
         self, run_id: str | None = None, *, seq: int | None = None
