@@ -12,7 +12,7 @@ from executionkit.stores import _pg_claims, _pg_next
 from executionkit.stores._history import check_seq
 from executionkit.stores._sql import SqlCheckpoints
 from executionkit.stores._sql_next import finish
-from executionkit.stores._sql_schema import Dialect, tables
+from executionkit.stores._sql_schema import Dialect, tables, upgrade
 from executionkit.stores._sqlite import check_keep_last
 
 if TYPE_CHECKING:
@@ -31,6 +31,7 @@ _DIALECT = Dialect(
         *tables("BIGINT"),
         "CREATE SEQUENCE IF NOT EXISTS executionkit_written",
     ),
+    upgrade=upgrade("BIGINT"),
     # Another worker saving the same run waits here until this transaction ends,
     # then reads the seq it committed: the stale-writer fence.
     lock_run="SELECT seq, written, next_ord FROM executionkit_runs WHERE run_id = ? FOR UPDATE",
@@ -72,11 +73,17 @@ class PostgresStore:
     Each save is one transaction that locks the run's row (``SELECT ... FOR
     UPDATE``) before comparing ``seq``: two workers saving the same run are
     serialised by the database, and the one that fell behind gets
-    `StaleCheckpointError`, its transaction rolled back. The tables (and the
-    sequence ``executionkit_written``) are created on first use, under an
-    advisory lock, with ``executionkit_schema`` holding their version (3; a
-    version 2 database is upgraded in place by the first write, under that
-    lock).
+    `StaleCheckpointError`, its transaction rolled back. The run's next
+    checkpoint after the one a store object saved last is one statement (one
+    round trip on an autocommit connection): an ``UPDATE`` of the run's row
+    fenced on the ``seq``, save counter and header that object wrote, whose
+    ``RETURNING`` every insert of the new rows selects from; if the fence
+    changes no row, nothing is written and the save locks and compares as
+    above. The tables (and the sequence ``executionkit_written``) are created
+    on first use, under an advisory lock, with ``executionkit_schema``
+    holding their version (4; a version 2 or 3 database is upgraded in place
+    by the first write, under that lock: schema 4 drops the indexes on
+    ``dropped``).
     Reads run in one ``REPEATABLE READ`` snapshot.
 
     A run is owned by one live process at a time (`claim`, which `Workflow.run`

@@ -63,10 +63,10 @@ from executionkit.stores._unstorable import unstorable
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
 
-SCHEMA_VERSION = 3
-# The schema versions this store reads; a write upgrades the one before (2, without the
-# ledger table) in place.
-_READABLE = (2, 3)
+SCHEMA_VERSION = 4
+# The schema versions this store reads; a write upgrades the ones before (2, without the
+# ledger table; 3, with indexes on dropped and, in SQLite, rowid tables) in place.
+_READABLE = (2, 3, 4)
 # What an older schema version lacks, for the message refusing it.
 _OLDER = {
     1: (
@@ -111,19 +111,21 @@ class SqlCheckpoints:
     # --- schema ---------------------------------------------------------------------
 
     def create(self, db: Database) -> None:
-        """Create the tables if missing, then check their schema version (upgrading 2)."""
+        """Create the tables if missing, then check their schema version (upgrading 2, 3)."""
         for statement in self.dialect.schema:
             db.execute(statement)
         db.execute(SCHEMA_ROW, (SCHEMA_VERSION,))
         self.upgrade(db)
 
     def upgrade(self, db: Database) -> None:
-        """Before a write: check the schema version, and upgrade version 2 to 3 in place.
+        """Before a write: check the schema version, and upgrade version 2 or 3 to 4 in place.
 
-        Schema 3 adds the table ``executionkit_ledger``; a schema 2 database holds
-        checkpoints of format 3 and older, which have no ledger, so creating the
-        table and bumping the version is the whole upgrade. It runs in the
-        write's transaction, under the schema lock (SQLite's write lock, taken by
+        Schema 3 added the table ``executionkit_ledger`` (a schema 2 database
+        holds checkpoints of format 3 and older, which have no ledger: the table
+        is created empty). Schema 4 has no index on ``dropped``, and SQLite's
+        runs and headers tables are ``WITHOUT ROWID`` (copied into new tables
+        once, by `Dialect.upgrade`). The upgrade runs in the write's
+        transaction, under the schema lock (SQLite's write lock, taken by
         ``BEGIN IMMEDIATE``; PostgreSQL's advisory lock), so two writers never
         both run it; a store of an older executionkit then refuses the database.
         """
@@ -133,18 +135,18 @@ class SqlCheckpoints:
             db.execute(self.dialect.lock_schema)
             if self.check_version(db, reading=True) == SCHEMA_VERSION:
                 return  # upgraded by another writer while this one waited
-        for statement in self.dialect.schema:
+        for statement in (*self.dialect.schema, *self.dialect.upgrade):
             db.execute(statement)
         db.execute(
-            "UPDATE executionkit_schema SET version = ? WHERE version = ?",
-            (SCHEMA_VERSION, SCHEMA_VERSION - 1),
+            "UPDATE executionkit_schema SET version = ? WHERE version < ?",
+            (SCHEMA_VERSION, SCHEMA_VERSION),
         )
 
     def check_version(self, db: Database, *, reading: bool = False) -> int:
         """The tables' schema version; `CheckpointFormatError` unless this store reads it.
 
-        A read accepts schema 2 too (its checkpoints have no ledger rows); a write
-        upgrades it first (`upgrade`).
+        A read accepts schemas 2 and 3 too (the same columns; schema 2 has no
+        ledger rows); a write upgrades them first (`upgrade`).
         """
         versions = [
             row[0] for row in db.execute("SELECT version FROM executionkit_schema").fetchall()

@@ -40,8 +40,6 @@ def item_tables(bigint: str) -> tuple[str, ...]:
             value TEXT NOT NULL,
             PRIMARY KEY (run_id, ord)
         )""",
-        """CREATE INDEX IF NOT EXISTS executionkit_items_dropped
-            ON executionkit_items (run_id, dropped)""",
     )
 
 

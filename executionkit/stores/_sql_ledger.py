@@ -1,4 +1,4 @@
-"""The cost ledger in the SQL stores: one row per ledger entry, written once (schema 3).
+"""The cost ledger in the SQL stores: one row per ledger entry, written once (schema 3 on).
 
 A checkpoint's header holds the number of ledger rows it counts (``"ledger":
 n``) instead of the rows; each row is a row of ``executionkit_ledger``, with the
@@ -46,8 +46,6 @@ def ledger_tables(bigint: str) -> tuple[str, ...]:
             llm_calls {bigint} NOT NULL,
             PRIMARY KEY (run_id, ord)
         )""",
-        """CREATE INDEX IF NOT EXISTS executionkit_ledger_dropped
-            ON executionkit_ledger (run_id, dropped)""",
     )
 
 
