@@ -12,8 +12,12 @@ process:
 - the **store**: ``store(checkpoint)`` alone, timed inside the ``checkpoint_fn``
   of a chain of ``--steps`` no-op steps run with ``checkpoint_every="step"``.
 
-Both are the median of their ``--steps`` operations; the rounds interleave the
-stores, so a noisy machine shows as a wide range, not a wrong ratio. A further
+The two alternate within one chain: before each save, one floor operation is
+timed on its own (its table, file or connection opened before the chain), so
+the two samples of a step are taken a moment apart, under the same load. Each
+round gives the median of each over the ``--steps`` saves and their ratio; the
+rounds interleave the stores, so a noisy machine shows as a wide range of
+ratios, not a wrong one. A further
 untimed chain per store counts what one save does: SQL statements (SQLite's
 trace callback), client-server round trips (libpq's trace: one
 ``ReadyForQuery`` per round trip), and bytes written per save (``wchar`` of
@@ -56,6 +60,7 @@ from executionkit.stores import JsonLinesStore, SQLiteStore  # noqa: E402
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+Floor = Callable[[Path], contextlib.AbstractContextManager[Callable[[], None]]]
 STORES = ("sqlite-normal", "sqlite-full", "postgres", "json-lines")
 ROW = "x" * 200
 _PG_FLOOR_TABLE = "CREATE TABLE IF NOT EXISTS floor (k INTEGER PRIMARY KEY, v TEXT NOT NULL)"
@@ -114,20 +119,26 @@ class Case:
 
     name: str
     make: Callable[[Path], Any]
-    floor: Callable[[Path, int], float]
+    floor: Floor
     floors: list[float] = field(default_factory=list)
     saves: list[float] = field(default_factory=list)
     counts: Counts = field(default_factory=Counts)
 
 
 def run_chain(
-    store: Any, steps: int, hook: Callable[[WorkflowCheckpoint], None] | None = None
+    store: Any,
+    steps: int,
+    hook: Callable[[WorkflowCheckpoint], None] | None = None,
+    *,
+    before: Callable[[WorkflowCheckpoint], None] | None = None,
 ) -> tuple[list[float], str]:
     """Seconds of each ``store(checkpoint)`` over a chain of ``steps`` steps, and its run_id."""
     times: list[float] = []
     run_ids: set[str] = set()
 
     def save(checkpoint: WorkflowCheckpoint) -> None:
+        if before is not None:
+            before(checkpoint)
         start = time.perf_counter()
         store(checkpoint)
         times.append(time.perf_counter() - start)
@@ -148,28 +159,26 @@ def warm(store: Any) -> None:
 # --- SQLite ---------------------------------------------------------------------------
 
 
-def sqlite_floor(synchronous: str) -> Callable[[Path, int], float]:
+def sqlite_floor(synchronous: str) -> Floor:
     """The floor of SQLite with ``synchronous``: one ~200-byte row committed, WAL mode."""
 
-    def floor(folder: Path, count: int) -> float:
+    @contextlib.contextmanager
+    def floor(folder: Path) -> Iterator[Callable[[], None]]:
         import sqlite3  # noqa: PLC0415
 
         path = folder / "floor.db"
         connection = sqlite3.connect(path, isolation_level=None)
+        row = (1, ROW)
         try:
             connection.execute("PRAGMA journal_mode = WAL")
             connection.execute(f"PRAGMA synchronous = {synchronous}")
             connection.execute("CREATE TABLE floor (k INTEGER PRIMARY KEY, v TEXT NOT NULL)")
-            times = []
-            for i in range(count):
-                row = (1, f"{i:08d}{ROW}")
-                start = time.perf_counter()
-                connection.execute("INSERT OR REPLACE INTO floor (k, v) VALUES (?, ?)", row)
-                times.append(time.perf_counter() - start)
+            yield lambda: connection.execute(
+                "INSERT OR REPLACE INTO floor (k, v) VALUES (?, ?)", row
+            ).close()
         finally:
             connection.close()
             _remove_database(path)
-        return statistics.median(times)
 
     return floor
 
@@ -229,9 +238,11 @@ def sqlite_counts(case: Case, folder: Path, steps: int) -> None:
 
 
 def _floor_bytes(case: Case, folder: Path, steps: int) -> float:
-    before = written_bytes()
-    case.floor(folder, steps)
-    return (written_bytes() - before) / steps
+    with case.floor(folder) as op:
+        before = written_bytes()
+        for _ in range(steps):
+            op()
+        return (written_bytes() - before) / steps
 
 
 def _close(store: object) -> None:
@@ -243,22 +254,22 @@ def _close(store: object) -> None:
 # --- JSON Lines -----------------------------------------------------------------------
 
 
-def jsonl_floor(folder: Path, count: int) -> float:
-    """Median seconds of one 200-byte ``os.write`` + ``os.fsync`` on a file kept open."""
+@contextlib.contextmanager
+def jsonl_floor(folder: Path) -> Iterator[Callable[[], None]]:
+    """One 200-byte ``os.write`` + ``os.fsync`` on a file kept open."""
     line = (b"x" * 199) + b"\n"
     path = folder / "floor.bin"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
-    times = []
+
+    def op() -> None:
+        os.write(fd, line)
+        os.fsync(fd)
+
     try:
-        for _ in range(count):
-            start = time.perf_counter()
-            os.write(fd, line)
-            os.fsync(fd)
-            times.append(time.perf_counter() - start)
+        yield op
     finally:
         os.close(fd)
         path.unlink()
-    return statistics.median(times)
 
 
 def jsonl_counts(case: Case, folder: Path, steps: int) -> None:
@@ -300,23 +311,21 @@ def postgres(option: str) -> Iterator[str | None]:
         yield dsn
 
 
-def pg_floor(dsn: str) -> Callable[[Path, int], float]:
+def pg_floor(dsn: str) -> Floor:
     """The floor of PostgreSQL: one ~200-byte row upserted in autocommit (one round trip)."""
 
-    def floor(folder: Path, count: int) -> float:
+    @contextlib.contextmanager
+    def floor(folder: Path) -> Iterator[Callable[[], None]]:
         del folder
         import psycopg  # noqa: PLC0415
 
         with psycopg.connect(dsn, autocommit=True) as connection:
             connection.execute(_PG_FLOOR_TABLE)
-            times = []
-            for i in range(count):
-                row = (f"{i:08d}{ROW}",)
-                start = time.perf_counter()
-                connection.execute(_PG_FLOOR, row, prepare=True)
-                times.append(time.perf_counter() - start)
-            connection.execute("DROP TABLE floor")
-        return statistics.median(times)
+            row = (ROW,)
+            try:
+                yield lambda: connection.execute(_PG_FLOOR, row, prepare=True).close()
+            finally:
+                connection.execute("DROP TABLE floor")
 
     return floor
 
@@ -359,9 +368,11 @@ def pg_counts(case: Case, folder: Path, steps: int, dsn: str) -> None:
     case.counts.round_trips = text.count("ReadyForQuery") / steps
     case.counts.written = (after - before) / steps
     case.counts.new = new / steps
-    before = lsn()
-    case.floor(folder, steps)
-    case.counts.floor_written = (lsn() - before) / steps
+    with case.floor(folder) as op:
+        before = lsn()
+        for _ in range(steps):
+            op()
+        case.counts.floor_written = (lsn() - before) / steps
 
 
 # --- the rounds -----------------------------------------------------------------------
@@ -391,17 +402,29 @@ def cases(names: list[str], dsn: str | None) -> list[Case]:
     return found
 
 
-def measure_store(case: Case, folder: Path, steps: int) -> float:
-    """The median save of one chain into a new store of ``case``."""
+def measure(case: Case, folder: Path, steps: int) -> tuple[float, float]:
+    """The median floor operation and save of one chain into a new store of ``case``.
+
+    Each save is preceded by one floor operation, timed apart: the two samples
+    of each step are taken a moment apart, under the same load.
+    """
     store = case.make(folder)
-    times, run_id = run_chain(store, steps)
+    floors: list[float] = []
+    with case.floor(folder) as op:
+
+        def floor(_: WorkflowCheckpoint) -> None:
+            start = time.perf_counter()
+            op()
+            floors.append(time.perf_counter() - start)
+
+        times, run_id = run_chain(store, steps, before=floor)
     if case.name == "postgres":
         store.delete(run_id)
     _close(store)
     for leftover in folder.iterdir():
         if leftover.is_file():
             leftover.unlink()
-    return statistics.median(times)
+    return statistics.median(floors), statistics.median(times)
 
 
 def count(case: Case, folder: Path, steps: int, dsn: str | None) -> None:
@@ -486,8 +509,9 @@ def main() -> None:
         print(f"executionkit from {WHERE} ({source.fingerprint(WHERE)}), {args.steps} steps")
         for round_ in range(1, args.rounds + 1):
             for case in found:
-                case.floors.append(case.floor(folder, args.steps))
-                case.saves.append(measure_store(case, folder, args.steps))
+                low, saved = measure(case, folder, args.steps)
+                case.floors.append(low)
+                case.saves.append(saved)
                 print(
                     f"round {round_} {case.name}: floor {case.floors[-1] * 1e6:.1f} µs, "
                     f"store {case.saves[-1] * 1e6:.1f} µs",
