@@ -95,8 +95,9 @@ def new_data(store: object, checkpoint: WorkflowCheckpoint) -> int:
     sql = getattr(store, "_sql", None)
     if sql is None:
         return 0
-    size = len(sql.header(checkpoint).encode())
-    value = getattr(sql, "value", None) or sql._value  # noqa: SLF001 - before issue 23
+    codec = getattr(sql, "codec", sql)  # before issue 23, the methods of _sql itself
+    size = len(codec.header(checkpoint).encode())
+    value = getattr(codec, "value", None) or codec._value  # noqa: SLF001
     for name in checkpoint.new_outputs:
         size += len(name.encode()) + len(value(checkpoint, name).encode())
     return size

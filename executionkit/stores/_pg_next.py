@@ -6,9 +6,11 @@ of a single statement. Every insert selects ``FROM run``, the fenced update's
 ``RETURNING``: if the fence changes no row, the statement inserts nothing and
 returns no row, and the store runs the full save, which reads and raises what
 is due. The new rows travel as arrays (``unnest``), so the SQL text is one of
-two constants (with and without history) that psycopg prepares once per
-connection. On an autocommit connection the statement is its own transaction:
-parse, bind, execute and commit in one round trip.
+two constants (with and without history), which psycopg prepares on the
+connection once it has run it ``prepare_threshold`` times (5 by default;
+``None``, for a pooler in transaction mode, leaves it unprepared). On an
+autocommit connection the statement is its own transaction: parse, bind,
+execute and commit in one round trip.
 """
 
 from __future__ import annotations

@@ -170,7 +170,7 @@ class PostgresStore:
                 f"ExecutionKit 0.4 checkpoint?); resume from it and store the run's own"
             )
             raise ValueError(msg)
-        header = self._sql.header(checkpoint)
+        header = self._sql.codec.header(checkpoint)
         plan = self._sql.plan(run_id, checkpoint, header)
         if plan is not None and not _pg_next.fits(plan):
             self._sql.committed(plan.known)  # the full save's fast path writes it
@@ -193,7 +193,7 @@ class PostgresStore:
         query, params = _pg_next.one_statement(
             plan, keeps_history=self.keeps_history, version=self._sql.version
         )
-        row = db.connection.execute(query, params, prepare=True).fetchone()
+        row = db.connection.execute(query, params).fetchone()
         return None if row is None else finish(plan, int(row[0]))
 
     def load(

@@ -13,28 +13,25 @@ too, of their own table (see `executionkit.stores._sql_items`), and so are the
 rows of the cost ledger (`executionkit.stores._sql_ledger`): the header holds
 only their number, so its size does not grow with the run. A run's kept
 checkpoints are listed from the headers and the rows' seqs alone, or all
-rebuilt, in `executionkit.stores._sql_history`.
+rebuilt, in `executionkit.stores._sql_history`; rows are encoded and decoded
+in `executionkit.stores._sql_codec`, and the run's next checkpoint is saved
+without a read in `executionkit.stores._sql_next`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import reprlib
 import threading
 from typing import TYPE_CHECKING, Any
 
-from executionkit._checkpoint import WorkflowCheckpoint, trusted_checkpoint
 from executionkit._errors import CheckpointFormatError
-from executionkit.stores._common import TOO_DEEP, dumps, ledger_length, loads, stale
+from executionkit.stores._common import dumps, loads, stale
 from executionkit.stores._history import CheckpointInfo, CheckpointNotKeptError
-from executionkit.stores._lines_format import unfinished
+from executionkit.stores._sql_codec import SqlCodec
 from executionkit.stores._sql_history import every_checkpoint, kept_seqs, list_checkpoints
 from executionkit.stores._sql_items import (
     FORGET_DROPPED_ITEMS,
     ItemRows,
-    header_items,
-    slim_header_items,
 )
 from executionkit.stores._sql_ledger import FORGET_DROPPED_LEDGER, LedgerRows
 from executionkit.stores._sql_next import Known, NextSave, fence, plan_next, write_next
@@ -58,10 +55,11 @@ from executionkit.stores._sql_schema import (
     Database,
     Dialect,
 )
-from executionkit.stores._unstorable import unstorable
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from collections.abc import Iterable
+
+    from executionkit._checkpoint import WorkflowCheckpoint
 
 SCHEMA_VERSION = 4
 # The schema versions this store reads; a write upgrades the ones before (2, without the
@@ -74,12 +72,8 @@ _OLDER = {
         "maps whole in every checkpoint's header; save into a new database"
     ),
 }
-# Keys of to_dict() a store derives instead of keeping in the header: the outputs
-# are rows, step_index is their number, and step_info of an output rides with it.
-_DERIVED = ("outputs", "step_index")
 # How many runs' stored state one store object remembers, for its fast path.
 _CACHED_RUNS = 16
-_FIELDS = tuple(field.name for field in dataclasses.fields(WorkflowCheckpoint))
 
 
 def lineage(checkpoint: WorkflowCheckpoint) -> object:
@@ -103,6 +97,7 @@ class SqlCheckpoints:
         self.keeps_history = keeps_history
         self._known: dict[str, Known] = {}
         self._lock = threading.Lock()
+        self.codec = SqlCodec(name)
         self.items = ItemRows(name)
         self.ledger = LedgerRows(name)
         self.version = SCHEMA_VERSION
@@ -228,7 +223,7 @@ class SqlCheckpoints:
             names, ords, new, next_ord = self._diff(db, run_id, checkpoint, seq, next_ord)
         rows = []
         for name in new:
-            rows.append((run_id, next_ord, name, seq, self.value(checkpoint, name)))
+            rows.append((run_id, next_ord, name, seq, self.codec.value(checkpoint, name)))
             names.append(name)
             ords[name] = next_ord
             next_ord += 1
@@ -307,7 +302,7 @@ class SqlCheckpoints:
         """
         if replaced and not self.keeps_history and checkpoint.seq > stored_seq:
             gone = db.execute(FORGET_HEADER_RETURNING, (run_id, stored_seq)).fetchone()
-            self._header_row(run_id, stored_seq, gone)
+            self.codec.header_row(run_id, stored_seq, gone)
             return True
         self._read_header(db, run_id, stored_seq)
         return False
@@ -364,13 +359,13 @@ class SqlCheckpoints:
         dropped or replaced outputs. The rebuild then equals ``checkpoint``, in order.
         """
         live = [
-            (ord_, self.stored_text("step name", name), value)
+            (ord_, self.codec.stored_text("step name", name), value)
             for ord_, name, value in db.execute(LIVE, (run_id,)).fetchall()
         ]
         wanted = list(checkpoint.outputs)
         kept = 0
         for (_, name, value), want in zip(live, wanted, strict=False):
-            if name != want or value != self.value(checkpoint, want):
+            if name != want or value != self.codec.value(checkpoint, want):
                 break
             kept += 1
         for ord_, _, _ in live[kept:]:
@@ -378,59 +373,6 @@ class SqlCheckpoints:
         names = wanted[:kept]
         ords = {name: ord_ for (ord_, name, _) in live[:kept]}
         return names, ords, wanted[kept:], next_ord
-
-    def header(self, checkpoint: WorkflowCheckpoint) -> str:
-        """Everything of ``to_dict()`` but the outputs and their step info, as JSON.
-
-        Raises:
-            CheckpointValueError: If part of it cannot be written as JSON.
-        """
-        # The info of steps without an output (progress, skipped, items, questions) rides
-        # in the header; that of recorded steps rides with their outputs.
-        info = checkpoint.step_info
-        others = {name: info[name] for name in unfinished(checkpoint)}
-        try:
-            # A copy without outputs, built unchecked: every field of it comes from
-            # ``checkpoint``, validated already, so that a save costs O(1), not O(outputs).
-            fields: dict[str, Any] = {
-                "outputs": {},
-                "step_index": 0,
-                "step_info": others,
-                "new_outputs": (),
-                "items": header_items(checkpoint),  # the items are rows
-                "new_items": {},
-                "ledger": (),  # the ledger too: the header holds their number
-                "new_ledger": (),
-            }
-            for name in _FIELDS:
-                if name not in fields:
-                    fields[name] = getattr(checkpoint, name)
-            data = trusted_checkpoint(fields).to_dict()
-            for key in _DERIVED:
-                del data[key]
-            data["items"] = slim_header_items(data["items"])
-            if "ledger" in data:
-                data["ledger"] = ledger_length(checkpoint)
-            text = dumps(data)
-            text.encode("utf-8")  # a lone surrogate must fail here, not in the driver
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise unstorable(checkpoint, self.name, exc) from exc
-        return text
-
-    def value(self, checkpoint: WorkflowCheckpoint, name: str) -> str:
-        """One output and its step info as JSON: ``[output, info or null]``."""
-        info = checkpoint.step_info.get(name)
-        packed = None
-        if info is not None:
-            packed = {"version": info["version"], "depends_on": list(info["depends_on"])}
-            if "kind" in info:
-                packed["kind"] = info["kind"]
-        try:
-            text = dumps([checkpoint.outputs[name], packed])
-            text.encode("utf-8")
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise unstorable(checkpoint, self.name, exc) from exc
-        return text
 
     def _run_row(self, db: Database, run_id: str) -> tuple[int, int, int] | None:
         """The run row's seq, written and next_ord, locked; None if the run has none."""
@@ -469,8 +411,8 @@ class SqlCheckpoints:
             row = db.execute(RUN, (run_id,)).fetchone()
         if row is None:
             return None
-        found = self.stored_text("run_id", row[0])
-        return found, self.stored_int(found, "seq", row[1])
+        found = self.codec.stored_text("run_id", row[0])
+        return found, self.codec.stored_int(found, "seq", row[1])
 
     def load_seq(self, db: Database, run_id: str | None, seq: int) -> WorkflowCheckpoint | None:
         """The checkpoint ``seq`` of ``run_id`` (or of the run saved to last), rebuilt.
@@ -552,93 +494,9 @@ class SqlCheckpoints:
         """The checkpoint of ``run_id`` at ``seq``: its header, outputs and items."""
         header = self.ledger.as_of(db, run_id, seq, self._read_header(db, run_id, seq))
         rows = db.execute(AS_OF, (run_id, seq, seq)).fetchall()
-        entries = [self.entry(run_id, name, value) for name, value in rows]
-        items = self.items.as_of(db, run_id, seq, self.decoder(run_id))
-        return self.rebuild(run_id, self.items.fill(run_id, header, items), entries)
-
-    def decoder(self, run_id: str) -> Callable[[str, object], object]:
-        """Decode a stored JSON text of ``run_id``: ``decode(what, text)``."""
-        return lambda what, data: self._json(run_id, what, data)
+        entries = [self.codec.entry(run_id, name, value) for name, value in rows]
+        items = self.items.as_of(db, run_id, seq, self.codec.decoder(run_id))
+        return self.codec.rebuild(run_id, self.items.fill(run_id, header, items), entries)
 
     def _read_header(self, db: Database, run_id: str, seq: int) -> dict[str, Any]:
-        return self._header_row(run_id, seq, db.execute(HEADER, (run_id, seq)).fetchone())
-
-    def _header_row(self, run_id: str, seq: int, row: Sequence[object] | None) -> dict[str, Any]:
-        """The header of checkpoint ``seq`` from its row, fetched (None if it has none)."""
-        if row is None:
-            msg = f"{self.name}, run {run_id!r}: the header row of checkpoint seq={seq} is missing"
-            raise CheckpointFormatError(msg)
-        return self.parse_header(run_id, row[0])
-
-    def parse_header(self, run_id: str, data: object) -> dict[str, Any]:
-        parsed = self._json(run_id, "checkpoint", data)
-        if not isinstance(parsed, dict):
-            msg = (
-                f"{self.name}, run {run_id!r}: the stored checkpoint must be a JSON object, "
-                f"got {type(parsed).__name__} {reprlib.repr(parsed)}"
-            )
-            raise CheckpointFormatError(msg)
-        return parsed
-
-    def entry(self, run_id: str, raw_name: object, value: object) -> tuple[str, Any, Any]:
-        """An output row, decoded: the step name, its output and its step info (or None)."""
-        name = self.stored_text("step name", raw_name)
-        entry = self._json(run_id, f"output of step {name!r}", value)
-        if not (isinstance(entry, list) and len(entry) == 2):  # noqa: PLR2004
-            msg = (
-                f"{self.name}, run {run_id!r}: the stored output of step {name!r} must be a "
-                f"JSON list [output, step info], got {reprlib.repr(entry)}"
-            )
-            raise CheckpointFormatError(msg)
-        return name, entry[0], entry[1]
-
-    def rebuild(
-        self, run_id: str, header: Mapping[str, Any], entries: Sequence[tuple[str, Any, Any]]
-    ) -> WorkflowCheckpoint:
-        where = f"{self.name}, run {run_id!r}"
-        outputs = {name: output for name, output, _ in entries}
-        infos = {name: info for name, _, info in entries if info is not None}
-        data = dict(header)
-        data["outputs"] = outputs
-        data["step_index"] = len(outputs)
-        if infos and isinstance(data.get("step_info"), dict):
-            data["step_info"] = {**infos, **data["step_info"]}
-        try:
-            return WorkflowCheckpoint.from_dict(data)
-        except CheckpointFormatError as exc:
-            raise CheckpointFormatError(f"{where}: {exc}", path=exc.path) from exc
-        except RecursionError:
-            raise CheckpointFormatError(f"{where}: {TOO_DEEP}") from None
-
-    def _json(self, run_id: str, what: str, data: object) -> object:
-        where = f"{self.name}, run {run_id!r}: the stored {what}"
-        if isinstance(data, bytes):  # a BLOB, or text that is not UTF-8
-            try:
-                data = data.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                msg = f"{where} is not UTF-8 text ({exc.reason} at byte {exc.start})"
-                raise CheckpointFormatError(msg) from None
-        if not isinstance(data, str):
-            msg = f"{where} is not JSON text, got {type(data).__name__} {reprlib.repr(data)}"
-            raise CheckpointFormatError(msg)
-        try:
-            return loads(data)
-        except json.JSONDecodeError as exc:
-            raise CheckpointFormatError(f"{where} is not valid JSON ({exc})") from None
-        except ValueError as exc:
-            raise CheckpointFormatError(f"{where} is unreadable JSON ({exc})") from None
-
-    def stored_text(self, what: str, value: object) -> str:
-        if not isinstance(value, str):
-            msg = f"{self.name}: a stored {what} is not text: {reprlib.repr(value)}"
-            raise CheckpointFormatError(msg)
-        return value
-
-    def stored_int(self, run_id: str, what: str, value: object) -> int:
-        if type(value) is not int:
-            msg = (
-                f"{self.name}, run {run_id!r}: the stored {what} must be an int, got "
-                f"{type(value).__name__} {reprlib.repr(value)}"
-            )
-            raise CheckpointFormatError(msg)
-        return value
+        return self.codec.header_row(run_id, seq, db.execute(HEADER, (run_id, seq)).fetchone())

@@ -128,7 +128,7 @@ def plan_next(
     next_ord = known.next_ord
     outputs = []
     for name in checkpoint.new_outputs:
-        outputs.append((next_ord, name, sql.value(checkpoint, name)))
+        outputs.append((next_ord, name, sql.codec.value(checkpoint, name)))
         next_ord += 1
     items = []
     maps: dict[str, int] = {}

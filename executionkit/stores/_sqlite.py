@@ -220,7 +220,7 @@ class SQLiteStore:
                 f"ExecutionKit 0.4 checkpoint?); resume from it and store the run's own"
             )
             raise ValueError(msg)
-        header = self._sql.header(checkpoint)  # before creating the database file
+        header = self._sql.codec.header(checkpoint)  # before creating the database file
         plan = self._sql.plan(run_id, checkpoint, header)
         with self._connect() as connection:
             if id(connection) not in self._wal:
