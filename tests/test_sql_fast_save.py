@@ -195,3 +195,27 @@ def test_sqlite_tables_dropped_since_the_last_save_are_made_again(tmp_path: Path
     store(taken[1])
     assert store.load("fast") == taken[1]
     store.close()
+
+
+def test_postgres_one_statement_keeps_every_character_of_names_keys_and_values(
+    pg_uri: str,
+) -> None:
+    """The new rows travel as JSON texts: quotes, backslashes, newlines, non-ASCII survive."""
+    keys = ['q"uote', "back\\slash", "new\nline", "ünï 字", "tab\tand\u0001"]
+
+    def item(value: str, _ctx: Any) -> Any:
+        return _spend({"echo": value, "raw": "\\u0000 is text here"})
+
+    steps = [
+        Step("split", lambda _ctx: {key: f"{key}!" for key in keys}),
+        Step.map("each", item, over="split", max_concurrency=1),
+        Step('ünïcode "step"', lambda ctx: sorted(ctx["each"]), depends_on=("each",)),
+    ]
+    taken: list[WorkflowCheckpoint] = []
+    Workflow(steps).run_sync(checkpoint_fn=taken.append, checkpoint_every="step", run_id="odd")
+    store = PostgresStore(pg_uri, history=True)
+    for checkpoint in taken:
+        store(checkpoint)
+        assert store.load("odd") == checkpoint
+    assert [store.load("odd", seq=c.seq) for c in taken] == taken
+    store.close()

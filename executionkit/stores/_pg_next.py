@@ -5,8 +5,11 @@ row, the header, the new output, item and ledger rows) as data-modifying CTEs
 of a single statement. Every insert selects ``FROM run``, the fenced update's
 ``RETURNING``: if the fence changes no row, the statement inserts nothing and
 returns no row, and the store runs the full save, which reads and raises what
-is due. The new rows travel as arrays (``unnest``), so the SQL text is one of
-two constants (with and without history), which psycopg prepares on the
+is due. The new rows travel as three JSON texts, one list of rows each,
+unpacked by ``json_array_elements`` (psycopg adapts a Python list per column
+in Python, which cost more than the rest of the save's client side), so the
+SQL text is one of two constants (with and without history) and its
+parameters are always of the same types: psycopg prepares it on the
 connection once it has run it ``prepare_threshold`` times (5 by default;
 ``None``, for a pooler in transaction mode, leaves it unprepared). On an
 autocommit connection the statement is its own transaction: parse, bind,
@@ -16,6 +19,8 @@ execute and commit in one round trip.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from executionkit.stores._common import dumps
 
 if TYPE_CHECKING:
     from executionkit.stores._sql_next import NextSave
@@ -40,40 +45,22 @@ _ADD_HEADER = """header AS (
 ), """
 _ROWS = """outputs AS (
     INSERT INTO executionkit_outputs (run_id, ord, name, added, dropped, value)
-    SELECT %(run_id)s, o.ord, o.name, %(seq)s, NULL, o.value
-    FROM run, unnest(%(ords)s::bigint[], %(names)s::text[], %(values)s::text[])
-        AS o (ord, name, value)
+    SELECT %(run_id)s, (o->>0)::bigint, o->>1, %(seq)s, NULL, o->>2
+    FROM run, json_array_elements(%(outputs)s::json) AS o
 ), items AS (
     INSERT INTO executionkit_items (run_id, ord, step, item, added, dropped, value)
-    SELECT %(run_id)s, i.ord, i.step, i.item, %(seq)s, NULL, i.value
-    FROM run, unnest(
-        %(item_ords)s::bigint[], %(item_steps)s::text[], %(item_keys)s::text[],
-        %(item_values)s::text[]
-    ) AS i (ord, step, item, value)
+    SELECT %(run_id)s, (i->>0)::bigint, i->>1, i->>2, %(seq)s, NULL, i->>3
+    FROM run, json_array_elements(%(items)s::json) AS i
 ), ledger AS (
     INSERT INTO executionkit_ledger (run_id, ord, added, dropped, step, item, attempt,
         outcome, model, input_tokens, output_tokens, llm_calls)
-    SELECT %(run_id)s, l.ord, %(seq)s, NULL, l.step, l.item, l.attempt, l.outcome, l.model,
-        l.input_tokens, l.output_tokens, l.llm_calls
-    FROM run, unnest(
-        %(ledger_ords)s::bigint[], %(ledger_steps)s::text[], %(ledger_items)s::text[],
-        %(ledger_attempts)s::bigint[], %(ledger_outcomes)s::text[], %(ledger_models)s::text[],
-        %(ledger_input)s::bigint[], %(ledger_output)s::bigint[], %(ledger_calls)s::bigint[]
-    ) AS l (ord, step, item, attempt, outcome, model, input_tokens, output_tokens, llm_calls)
+    SELECT %(run_id)s, (l->>0)::bigint, %(seq)s, NULL, l->>1, l->>2, (l->>3)::bigint, l->>4,
+        l->>5, (l->>6)::bigint, (l->>7)::bigint, (l->>8)::bigint
+    FROM run, json_array_elements(%(ledger)s::json) AS l
 )
 SELECT written FROM run"""
 _WITH_HISTORY = _RUN + _ADD_HEADER + _ROWS
 _WITHOUT_HISTORY = _RUN + _MOVE_HEADER + _ROWS
-_LEDGER_COLUMNS = (
-    "ledger_steps",
-    "ledger_items",
-    "ledger_attempts",
-    "ledger_outcomes",
-    "ledger_models",
-    "ledger_input",
-    "ledger_output",
-    "ledger_calls",
-)
 
 
 def one_statement(
@@ -92,17 +79,10 @@ def one_statement(
         "stored_header": known.header,
         "created_at": checkpoint.created_at,
         "header": plan.header,
-        "ords": [row[0] for row in plan.outputs],
-        "names": [row[1] for row in plan.outputs],
-        "values": [row[2] for row in plan.outputs],
-        "item_ords": [row[0] for row in plan.items],
-        "item_steps": [row[1] for row in plan.items],
-        "item_keys": [row[2] for row in plan.items],
-        "item_values": [row[3] for row in plan.items],
-        "ledger_ords": [row[0] for row in plan.ledger],
+        "outputs": dumps(plan.outputs),
+        "items": dumps(plan.items),
+        "ledger": dumps(plan.ledger),
     }
-    for position, column in enumerate(_LEDGER_COLUMNS, start=1):
-        params[column] = [row[position] for row in plan.ledger]
     return (_WITH_HISTORY if keeps_history else _WITHOUT_HISTORY), params
 
 
