@@ -531,7 +531,7 @@ def test_a_schema_2_database_is_read_and_upgraded_on_first_write(tmp_path: Path)
     store(WorkflowCheckpoint.from_dict(new))
     with contextlib.closing(sqlite3.connect(path)) as connection:
         version = connection.execute("SELECT version FROM executionkit_schema").fetchall()
-    assert version == [(3,)]
+    assert version == [(4,)]
     assert store.load("parent").to_dict() == new  # type: ignore[union-attr]
     assert [c.to_dict() for c in store.history("parent")] == [old.to_dict(), new]
     assert SQLiteStore(path).load("parent", seq=1) == old
@@ -544,7 +544,7 @@ def test_deleting_from_a_schema_2_database_upgrades_it_first(tmp_path: Path) -> 
     assert SQLiteStore(path).delete("parent")
     with contextlib.closing(sqlite3.connect(path)) as connection:
         version = connection.execute("SELECT version FROM executionkit_schema").fetchall()
-    assert version == [(3,)]
+    assert version == [(4,)]
 
 
 def test_a_postgres_schema_2_database_is_upgraded_on_first_write(pg_uri: str) -> None:
@@ -569,7 +569,7 @@ def test_a_postgres_schema_2_database_is_upgraded_on_first_write(pg_uri: str) ->
         store.close()
     with psycopg.connect(pg_uri) as connection:
         version = connection.execute("SELECT version FROM executionkit_schema").fetchall()
-    assert version == [(3,)]
+    assert version == [(4,)]
 
 
 # --- the conformance kit -------------------------------------------------------------------

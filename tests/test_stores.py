@@ -433,7 +433,7 @@ def test_sqlite_creates_the_documented_tables(tmp_path: Path) -> None:
         }
         runs = connection.execute("SELECT run_id, seq, written, next_ord FROM executionkit_runs")
         assert runs.fetchall() == [("r", 1, 1, 2)]  # an output row and a ledger row
-        assert connection.execute("SELECT version FROM executionkit_schema").fetchall() == [(3,)]
+        assert connection.execute("SELECT version FROM executionkit_schema").fetchall() == [(4,)]
         rows = connection.execute("SELECT ord, name, added, dropped FROM executionkit_outputs")
         assert rows.fetchall() == [(0, "s0", 1, None)]
         ledger = connection.execute("SELECT * FROM executionkit_ledger")

@@ -15,8 +15,15 @@ if TYPE_CHECKING:
     from executionkit._ledger import LedgerEntry
 
 
+# One encoder for every call: json.dumps makes a new one whenever an option is given, a
+# few microseconds each time on a save's header and rows. encode() keeps no state between
+# calls, so threads share it.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 def dumps(data: object) -> str:
-    return json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    """``data`` as compact JSON text: no ASCII escaping, NaN and infinities refused."""
+    return _ENCODER.encode(data)
 
 
 def encode(checkpoint: WorkflowCheckpoint, store: str) -> bytes:
@@ -90,7 +97,8 @@ def next_ledger_rows(
     shared = fields.get("_shared")
     if shared is None or (previous is not None and vars(previous).get("_shared") is not shared):
         return None
-    if fields.get("_rows_since") != held:
+    # Without "_rows_since" the run added no row since the checkpoint before: "_rows".
+    if fields.get("_rows_since", fields.get("_rows")) != held:
         return None
     return checkpoint.new_ledger
 

@@ -8,10 +8,11 @@ import threading
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from executionkit.stores import _pg_claims
+from executionkit.stores import _pg_claims, _pg_next
 from executionkit.stores._history import check_seq
 from executionkit.stores._sql import SqlCheckpoints
-from executionkit.stores._sql_schema import Dialect, tables
+from executionkit.stores._sql_next import finish
+from executionkit.stores._sql_schema import Dialect, tables, upgrade
 from executionkit.stores._sqlite import check_keep_last
 
 if TYPE_CHECKING:
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from executionkit._checkpoint import WorkflowCheckpoint
     from executionkit._ownership import RunOwner
     from executionkit.stores._history import CheckpointInfo
+    from executionkit.stores._sql_next import Known, NextSave
     from executionkit.stores._sql_schema import Rows
 
 # Serialises creating the tables: concurrent CREATE ... IF NOT EXISTS can still collide.
@@ -29,6 +31,7 @@ _DIALECT = Dialect(
         *tables("BIGINT"),
         "CREATE SEQUENCE IF NOT EXISTS executionkit_written",
     ),
+    upgrade=upgrade("BIGINT"),
     # Another worker saving the same run waits here until this transaction ends,
     # then reads the seq it committed: the stale-writer fence.
     lock_run="SELECT seq, written, next_ord FROM executionkit_runs WHERE run_id = ? FOR UPDATE",
@@ -70,11 +73,17 @@ class PostgresStore:
     Each save is one transaction that locks the run's row (``SELECT ... FOR
     UPDATE``) before comparing ``seq``: two workers saving the same run are
     serialised by the database, and the one that fell behind gets
-    `StaleCheckpointError`, its transaction rolled back. The tables (and the
-    sequence ``executionkit_written``) are created on first use, under an
-    advisory lock, with ``executionkit_schema`` holding their version (3; a
-    version 2 database is upgraded in place by the first write, under that
-    lock).
+    `StaleCheckpointError`, its transaction rolled back. The run's next
+    checkpoint after the one a store object saved last is one statement (one
+    round trip on an autocommit connection): an ``UPDATE`` of the run's row
+    fenced on the ``seq``, save counter and header that object wrote, whose
+    ``RETURNING`` every insert of the new rows selects from; if the fence
+    changes no row, nothing is written and the save locks and compares as
+    above. The tables (and the sequence ``executionkit_written``) are created
+    on first use, under an advisory lock, with ``executionkit_schema``
+    holding their version (4; a version 2 or 3 database is upgraded in place
+    by the first write, under that lock: schema 4 drops the indexes on
+    ``dropped``).
     Reads run in one ``REPEATABLE READ`` snapshot.
 
     A run is owned by one live process at a time (`claim`, which `Workflow.run`
@@ -161,7 +170,16 @@ class PostgresStore:
                 f"ExecutionKit 0.4 checkpoint?); resume from it and store the run's own"
             )
             raise ValueError(msg)
-        header = self._sql.header(checkpoint)
+        header = self._sql.codec.header(checkpoint)
+        plan = self._sql.plan(run_id, checkpoint, header)
+        if plan is not None and not _pg_next.fits(plan):
+            self._sql.committed(plan.known)  # the full save's fast path writes it
+            plan = None
+        if plan is not None:
+            done = self._run(lambda db: self._next(db, plan), write="next", run_id=run_id)
+            if done is not None:
+                self._sql.committed(done)
+                return
 
         def save(db: _Adapter) -> Any:
             return self._sql.save(db, checkpoint, run_id, header)
@@ -169,6 +187,14 @@ class PostgresStore:
         # Retrying after a lost connection is safe: if the first attempt committed,
         # the second finds the same checkpoint stored and writes nothing.
         self._sql.committed(self._run(save, write="save", run_id=run_id))
+
+    def _next(self, db: _Adapter, plan: NextSave) -> Known | None:
+        """Write the run's next checkpoint in one statement; None if the fence refused it."""
+        query, params = _pg_next.one_statement(
+            plan, keeps_history=self.keeps_history, version=self._sql.version
+        )
+        row = db.connection.execute(query, params).fetchone()
+        return None if row is None else finish(plan, int(row[0]))
 
     def load(
         self, run_id: str | None = None, *, seq: int | None = None
@@ -310,7 +336,9 @@ class PostgresStore:
     def _run(self, work: Any, *, write: str | bool, run_id: str | None = None) -> Any:
         """Run ``work(db)`` in one transaction; None if the tables are absent.
 
-        ``write`` is ``"save"`` (creating the tables if missing), True (prune,
+        ``write`` is ``"save"`` (creating the tables if missing), ``"next"`` (the
+        one statement of a fast save, in no transaction of its own on an autocommit
+        connection: the tables exist, this store wrote the run), True (prune,
         delete) or False (a read, in one snapshot). The save of a claimed
         ``run_id`` goes through its claim's session, never reconnecting.
         """
@@ -338,6 +366,11 @@ class PostgresStore:
 
     def _transaction(self, connection: Any, work: Any, *, write: str | bool) -> Any:
         idle = connection.info.transaction_status == 0  # psycopg's IDLE
+        if write == "next":  # one statement: a transaction of its own if autocommit
+            if idle and connection.autocommit:
+                return work(_Adapter(connection))
+            with connection.transaction():
+                return work(_Adapter(connection))
         with connection.transaction():
             db = _Adapter(connection)
             if write == "save":

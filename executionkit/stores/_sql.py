@@ -13,31 +13,28 @@ too, of their own table (see `executionkit.stores._sql_items`), and so are the
 rows of the cost ledger (`executionkit.stores._sql_ledger`): the header holds
 only their number, so its size does not grow with the run. A run's kept
 checkpoints are listed from the headers and the rows' seqs alone, or all
-rebuilt, in `executionkit.stores._sql_history`.
+rebuilt, in `executionkit.stores._sql_history`; rows are encoded and decoded
+in `executionkit.stores._sql_codec`, and the run's next checkpoint is saved
+without a read in `executionkit.stores._sql_next`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import reprlib
 import threading
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from executionkit._checkpoint import WorkflowCheckpoint, trusted_checkpoint
 from executionkit._errors import CheckpointFormatError
-from executionkit.stores._common import TOO_DEEP, dumps, ledger_length, loads, stale
+from executionkit.stores._common import dumps, loads, stale
 from executionkit.stores._history import CheckpointInfo, CheckpointNotKeptError
-from executionkit.stores._lines_format import unfinished
+from executionkit.stores._sql_codec import SqlCodec
 from executionkit.stores._sql_history import every_checkpoint, kept_seqs, list_checkpoints
 from executionkit.stores._sql_items import (
     FORGET_DROPPED_ITEMS,
     ItemRows,
-    header_items,
-    slim_header_items,
 )
 from executionkit.stores._sql_ledger import FORGET_DROPPED_LEDGER, LedgerRows
+from executionkit.stores._sql_next import Known, NextSave, fence, plan_next, write_next
 from executionkit.stores._sql_schema import (
     ADD,
     ADD_HEADER,
@@ -58,15 +55,16 @@ from executionkit.stores._sql_schema import (
     Database,
     Dialect,
 )
-from executionkit.stores._unstorable import unstorable
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from collections.abc import Iterable
 
-SCHEMA_VERSION = 3
-# The schema versions this store reads; a write upgrades the one before (2, without the
-# ledger table) in place.
-_READABLE = (2, 3)
+    from executionkit._checkpoint import WorkflowCheckpoint
+
+SCHEMA_VERSION = 4
+# The schema versions this store reads; a write upgrades the ones before (2, without the
+# ledger table; 3, with indexes on dropped and, in SQLite, rowid tables) in place.
+_READABLE = (2, 3, 4)
 # What an older schema version lacks, for the message refusing it.
 _OLDER = {
     1: (
@@ -74,27 +72,8 @@ _OLDER = {
         "maps whole in every checkpoint's header; save into a new database"
     ),
 }
-# Keys of to_dict() a store derives instead of keeping in the header: the outputs
-# are rows, step_index is their number, and step_info of an output rides with it.
-_DERIVED = ("outputs", "step_index")
 # How many runs' stored state one store object remembers, for its fast path.
 _CACHED_RUNS = 16
-_FIELDS = tuple(field.name for field in dataclasses.fields(WorkflowCheckpoint))
-
-
-@dataclass
-class Known:
-    """A run's latest checkpoint as this store object wrote it: its live output names."""
-
-    run_id: str
-    lineage: object  # what every checkpoint of the run that wrote it shares, or None
-    seq: int
-    written: int
-    next_ord: int
-    names: list[str]
-    ords: dict[str, int]
-    maps: dict[str, int]  # the number of live item rows of each unfinished map
-    ledger: int  # the number of live ledger rows
 
 
 def lineage(checkpoint: WorkflowCheckpoint) -> object:
@@ -118,25 +97,30 @@ class SqlCheckpoints:
         self.keeps_history = keeps_history
         self._known: dict[str, Known] = {}
         self._lock = threading.Lock()
+        self.codec = SqlCodec(name)
         self.items = ItemRows(name)
         self.ledger = LedgerRows(name)
+        self.version = SCHEMA_VERSION
+        self.fence = fence(dialect.next_written)
 
     # --- schema ---------------------------------------------------------------------
 
     def create(self, db: Database) -> None:
-        """Create the tables if missing, then check their schema version (upgrading 2)."""
+        """Create the tables if missing, then check their schema version (upgrading 2, 3)."""
         for statement in self.dialect.schema:
             db.execute(statement)
         db.execute(SCHEMA_ROW, (SCHEMA_VERSION,))
         self.upgrade(db)
 
     def upgrade(self, db: Database) -> None:
-        """Before a write: check the schema version, and upgrade version 2 to 3 in place.
+        """Before a write: check the schema version, and upgrade version 2 or 3 to 4 in place.
 
-        Schema 3 adds the table ``executionkit_ledger``; a schema 2 database holds
-        checkpoints of format 3 and older, which have no ledger, so creating the
-        table and bumping the version is the whole upgrade. It runs in the
-        write's transaction, under the schema lock (SQLite's write lock, taken by
+        Schema 3 added the table ``executionkit_ledger`` (a schema 2 database
+        holds checkpoints of format 3 and older, which have no ledger: the table
+        is created empty). Schema 4 has no index on ``dropped``, and SQLite's
+        runs and headers tables are ``WITHOUT ROWID`` (copied into new tables
+        once, by `Dialect.upgrade`). The upgrade runs in the write's
+        transaction, under the schema lock (SQLite's write lock, taken by
         ``BEGIN IMMEDIATE``; PostgreSQL's advisory lock), so two writers never
         both run it; a store of an older executionkit then refuses the database.
         """
@@ -146,18 +130,18 @@ class SqlCheckpoints:
             db.execute(self.dialect.lock_schema)
             if self.check_version(db, reading=True) == SCHEMA_VERSION:
                 return  # upgraded by another writer while this one waited
-        for statement in self.dialect.schema:
+        for statement in (*self.dialect.schema, *self.dialect.upgrade):
             db.execute(statement)
         db.execute(
-            "UPDATE executionkit_schema SET version = ? WHERE version = ?",
-            (SCHEMA_VERSION, SCHEMA_VERSION - 1),
+            "UPDATE executionkit_schema SET version = ? WHERE version < ?",
+            (SCHEMA_VERSION, SCHEMA_VERSION),
         )
 
     def check_version(self, db: Database, *, reading: bool = False) -> int:
         """The tables' schema version; `CheckpointFormatError` unless this store reads it.
 
-        A read accepts schema 2 too (its checkpoints have no ledger rows); a write
-        upgrades it first (`upgrade`).
+        A read accepts schemas 2 and 3 too (the same columns; schema 2 has no
+        ledger rows); a write upgrades them first (`upgrade`).
         """
         versions = [
             row[0] for row in db.execute("SELECT version FROM executionkit_schema").fetchall()
@@ -183,11 +167,43 @@ class SqlCheckpoints:
         """Write ``checkpoint`` if newer than the stored one of its run (see the stores).
 
         Returns what to pass to `committed` once the transaction commits, or None
-        when nothing was written (the same checkpoint again).
+        when nothing was written (the same checkpoint again). The run's next
+        checkpoint after the one this object saved last is written without a
+        read (`executionkit.stores._sql_next`), unless the fence finds the stored
+        state changed: then the full save below reads and compares.
         """
-        stored_seq, written, next_ord = self._lock_run(db, run_id)
         with self._lock:  # a thread saving the same run meanwhile takes the slow path
             known = self._known.pop(run_id, None)
+        if known is not None:
+            plan = plan_next(self, known, checkpoint, header)
+            if plan is not None:
+                done = write_next(self, db, plan)
+                if done is not None:
+                    return done
+                known = None  # the stored run is not what this object wrote
+        return self._save(db, checkpoint, run_id, header, known)
+
+    def plan(self, run_id: str, checkpoint: WorkflowCheckpoint, header: str) -> NextSave | None:
+        """The fast save of ``checkpoint`` (see `plan_next`), taking the run's known state.
+
+        None, the known state left in place, when the checkpoint is not the run's next.
+        """
+        with self._lock:
+            known = self._known.pop(run_id, None)
+        plan = None if known is None else plan_next(self, known, checkpoint, header)
+        if plan is None and known is not None:
+            self.committed(known)
+        return plan
+
+    def _save(
+        self,
+        db: Database,
+        checkpoint: WorkflowCheckpoint,
+        run_id: str,
+        header: str,
+        known: Known | None,
+    ) -> Known | None:
+        stored_seq, written, next_ord = self._lock_run(db, run_id)
         after = known is not None and self._next(known, checkpoint, stored_seq, written)
         forgotten = False  # whether the stored header is deleted already
         if stored_seq >= 0:
@@ -200,14 +216,14 @@ class SqlCheckpoints:
         # The fast paths append only: they drop no output row, and item rows only of
         # the maps that finished. A store without history keeps no dropped row after
         # its save (below), so then there is nothing to forget but those.
-        outputs_appended = after and known is not None and self._follows(known, checkpoint)
+        outputs_appended = after and known is not None and self.follows(known, checkpoint)
         if outputs_appended and known is not None:
             names, ords, new = known.names, known.ords, list(checkpoint.new_outputs)
         else:
             names, ords, new, next_ord = self._diff(db, run_id, checkpoint, seq, next_ord)
         rows = []
         for name in new:
-            rows.append((run_id, next_ord, name, seq, self._value(checkpoint, name)))
+            rows.append((run_id, next_ord, name, seq, self.codec.value(checkpoint, name)))
             names.append(name)
             ords[name] = next_ord
             next_ord += 1
@@ -237,7 +253,7 @@ class SqlCheckpoints:
         if done is None:  # pragma: no cover - the lock makes this unreachable
             raise stale(self.name, checkpoint, stored_seq)
         return Known(
-            run_id, lineage(checkpoint), seq, done[0], next_ord, names, ords, maps, ledger
+            run_id, lineage(checkpoint), seq, done[0], next_ord, names, ords, maps, ledger, header
         )
 
     @staticmethod
@@ -286,7 +302,7 @@ class SqlCheckpoints:
         """
         if replaced and not self.keeps_history and checkpoint.seq > stored_seq:
             gone = db.execute(FORGET_HEADER_RETURNING, (run_id, stored_seq)).fetchone()
-            self._header_row(run_id, stored_seq, gone)
+            self.codec.header_row(run_id, stored_seq, gone)
             return True
         self._read_header(db, run_id, stored_seq)
         return False
@@ -321,7 +337,7 @@ class SqlCheckpoints:
         )
 
     @staticmethod
-    def _follows(known: Known, checkpoint: WorkflowCheckpoint) -> bool:
+    def follows(known: Known, checkpoint: WorkflowCheckpoint) -> bool:
         """Whether the next checkpoint only appends ``new_outputs``: the counts agree."""
         new = checkpoint.new_outputs
         return len(checkpoint.outputs) == len(known.names) + len(new) and not any(
@@ -343,13 +359,13 @@ class SqlCheckpoints:
         dropped or replaced outputs. The rebuild then equals ``checkpoint``, in order.
         """
         live = [
-            (ord_, self.stored_text("step name", name), value)
+            (ord_, self.codec.stored_text("step name", name), value)
             for ord_, name, value in db.execute(LIVE, (run_id,)).fetchall()
         ]
         wanted = list(checkpoint.outputs)
         kept = 0
         for (_, name, value), want in zip(live, wanted, strict=False):
-            if name != want or value != self._value(checkpoint, want):
+            if name != want or value != self.codec.value(checkpoint, want):
                 break
             kept += 1
         for ord_, _, _ in live[kept:]:
@@ -357,59 +373,6 @@ class SqlCheckpoints:
         names = wanted[:kept]
         ords = {name: ord_ for (ord_, name, _) in live[:kept]}
         return names, ords, wanted[kept:], next_ord
-
-    def header(self, checkpoint: WorkflowCheckpoint) -> str:
-        """Everything of ``to_dict()`` but the outputs and their step info, as JSON.
-
-        Raises:
-            CheckpointValueError: If part of it cannot be written as JSON.
-        """
-        # The info of steps without an output (progress, skipped, items, questions) rides
-        # in the header; that of recorded steps rides with their outputs.
-        info = checkpoint.step_info
-        others = {name: info[name] for name in unfinished(checkpoint)}
-        try:
-            # A copy without outputs, built unchecked: every field of it comes from
-            # ``checkpoint``, validated already, so that a save costs O(1), not O(outputs).
-            fields: dict[str, Any] = {
-                "outputs": {},
-                "step_index": 0,
-                "step_info": others,
-                "new_outputs": (),
-                "items": header_items(checkpoint),  # the items are rows
-                "new_items": {},
-                "ledger": (),  # the ledger too: the header holds their number
-                "new_ledger": (),
-            }
-            for name in _FIELDS:
-                if name not in fields:
-                    fields[name] = getattr(checkpoint, name)
-            data = trusted_checkpoint(fields).to_dict()
-            for key in _DERIVED:
-                del data[key]
-            data["items"] = slim_header_items(data["items"])
-            if "ledger" in data:
-                data["ledger"] = ledger_length(checkpoint)
-            text = dumps(data)
-            text.encode("utf-8")  # a lone surrogate must fail here, not in the driver
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise unstorable(checkpoint, self.name, exc) from exc
-        return text
-
-    def _value(self, checkpoint: WorkflowCheckpoint, name: str) -> str:
-        """One output and its step info as JSON: ``[output, info or null]``."""
-        info = checkpoint.step_info.get(name)
-        packed = None
-        if info is not None:
-            packed = {"version": info["version"], "depends_on": list(info["depends_on"])}
-            if "kind" in info:
-                packed["kind"] = info["kind"]
-        try:
-            text = dumps([checkpoint.outputs[name], packed])
-            text.encode("utf-8")
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise unstorable(checkpoint, self.name, exc) from exc
-        return text
 
     def _run_row(self, db: Database, run_id: str) -> tuple[int, int, int] | None:
         """The run row's seq, written and next_ord, locked; None if the run has none."""
@@ -448,8 +411,8 @@ class SqlCheckpoints:
             row = db.execute(RUN, (run_id,)).fetchone()
         if row is None:
             return None
-        found = self.stored_text("run_id", row[0])
-        return found, self.stored_int(found, "seq", row[1])
+        found = self.codec.stored_text("run_id", row[0])
+        return found, self.codec.stored_int(found, "seq", row[1])
 
     def load_seq(self, db: Database, run_id: str | None, seq: int) -> WorkflowCheckpoint | None:
         """The checkpoint ``seq`` of ``run_id`` (or of the run saved to last), rebuilt.
@@ -531,93 +494,9 @@ class SqlCheckpoints:
         """The checkpoint of ``run_id`` at ``seq``: its header, outputs and items."""
         header = self.ledger.as_of(db, run_id, seq, self._read_header(db, run_id, seq))
         rows = db.execute(AS_OF, (run_id, seq, seq)).fetchall()
-        entries = [self.entry(run_id, name, value) for name, value in rows]
-        items = self.items.as_of(db, run_id, seq, self.decoder(run_id))
-        return self.rebuild(run_id, self.items.fill(run_id, header, items), entries)
-
-    def decoder(self, run_id: str) -> Callable[[str, object], object]:
-        """Decode a stored JSON text of ``run_id``: ``decode(what, text)``."""
-        return lambda what, data: self._json(run_id, what, data)
+        entries = [self.codec.entry(run_id, name, value) for name, value in rows]
+        items = self.items.as_of(db, run_id, seq, self.codec.decoder(run_id))
+        return self.codec.rebuild(run_id, self.items.fill(run_id, header, items), entries)
 
     def _read_header(self, db: Database, run_id: str, seq: int) -> dict[str, Any]:
-        return self._header_row(run_id, seq, db.execute(HEADER, (run_id, seq)).fetchone())
-
-    def _header_row(self, run_id: str, seq: int, row: Sequence[object] | None) -> dict[str, Any]:
-        """The header of checkpoint ``seq`` from its row, fetched (None if it has none)."""
-        if row is None:
-            msg = f"{self.name}, run {run_id!r}: the header row of checkpoint seq={seq} is missing"
-            raise CheckpointFormatError(msg)
-        return self.parse_header(run_id, row[0])
-
-    def parse_header(self, run_id: str, data: object) -> dict[str, Any]:
-        parsed = self._json(run_id, "checkpoint", data)
-        if not isinstance(parsed, dict):
-            msg = (
-                f"{self.name}, run {run_id!r}: the stored checkpoint must be a JSON object, "
-                f"got {type(parsed).__name__} {reprlib.repr(parsed)}"
-            )
-            raise CheckpointFormatError(msg)
-        return parsed
-
-    def entry(self, run_id: str, raw_name: object, value: object) -> tuple[str, Any, Any]:
-        """An output row, decoded: the step name, its output and its step info (or None)."""
-        name = self.stored_text("step name", raw_name)
-        entry = self._json(run_id, f"output of step {name!r}", value)
-        if not (isinstance(entry, list) and len(entry) == 2):  # noqa: PLR2004
-            msg = (
-                f"{self.name}, run {run_id!r}: the stored output of step {name!r} must be a "
-                f"JSON list [output, step info], got {reprlib.repr(entry)}"
-            )
-            raise CheckpointFormatError(msg)
-        return name, entry[0], entry[1]
-
-    def rebuild(
-        self, run_id: str, header: Mapping[str, Any], entries: Sequence[tuple[str, Any, Any]]
-    ) -> WorkflowCheckpoint:
-        where = f"{self.name}, run {run_id!r}"
-        outputs = {name: output for name, output, _ in entries}
-        infos = {name: info for name, _, info in entries if info is not None}
-        data = dict(header)
-        data["outputs"] = outputs
-        data["step_index"] = len(outputs)
-        if infos and isinstance(data.get("step_info"), dict):
-            data["step_info"] = {**infos, **data["step_info"]}
-        try:
-            return WorkflowCheckpoint.from_dict(data)
-        except CheckpointFormatError as exc:
-            raise CheckpointFormatError(f"{where}: {exc}", path=exc.path) from exc
-        except RecursionError:
-            raise CheckpointFormatError(f"{where}: {TOO_DEEP}") from None
-
-    def _json(self, run_id: str, what: str, data: object) -> object:
-        where = f"{self.name}, run {run_id!r}: the stored {what}"
-        if isinstance(data, bytes):  # a BLOB, or text that is not UTF-8
-            try:
-                data = data.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                msg = f"{where} is not UTF-8 text ({exc.reason} at byte {exc.start})"
-                raise CheckpointFormatError(msg) from None
-        if not isinstance(data, str):
-            msg = f"{where} is not JSON text, got {type(data).__name__} {reprlib.repr(data)}"
-            raise CheckpointFormatError(msg)
-        try:
-            return loads(data)
-        except json.JSONDecodeError as exc:
-            raise CheckpointFormatError(f"{where} is not valid JSON ({exc})") from None
-        except ValueError as exc:
-            raise CheckpointFormatError(f"{where} is unreadable JSON ({exc})") from None
-
-    def stored_text(self, what: str, value: object) -> str:
-        if not isinstance(value, str):
-            msg = f"{self.name}: a stored {what} is not text: {reprlib.repr(value)}"
-            raise CheckpointFormatError(msg)
-        return value
-
-    def stored_int(self, run_id: str, what: str, value: object) -> int:
-        if type(value) is not int:
-            msg = (
-                f"{self.name}, run {run_id!r}: the stored {what} must be an int, got "
-                f"{type(value).__name__} {reprlib.repr(value)}"
-            )
-            raise CheckpointFormatError(msg)
-        return value
+        return self.codec.header_row(run_id, seq, db.execute(HEADER, (run_id, seq)).fetchone())

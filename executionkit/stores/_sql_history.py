@@ -46,7 +46,7 @@ def kept_seqs(sql: SqlCheckpoints, db: Database, run_id: str) -> list[int]:
     rows = db.execute(
         "SELECT seq FROM executionkit_headers WHERE run_id = ? ORDER BY seq", (run_id,)
     )
-    return [sql.stored_int(run_id, "seq", row[0]) for row in rows.fetchall()]
+    return [sql.codec.stored_int(run_id, "seq", row[0]) for row in rows.fetchall()]
 
 
 def list_checkpoints(sql: SqlCheckpoints, db: Database, run_id: str) -> list[CheckpointInfo]:
@@ -54,18 +54,18 @@ def list_checkpoints(sql: SqlCheckpoints, db: Database, run_id: str) -> list[Che
     headers = db.execute(_HEADER_ROWS, (run_id,)).fetchall()
     if not headers:
         return []
-    seqs = [sql.stored_int(run_id, "seq", row[0]) for row in headers]
+    seqs = [sql.codec.stored_int(run_id, "seq", row[0]) for row in headers]
     outputs: list[tuple[int, str, int, int | None]] = [
         (
-            sql.stored_int(run_id, "ord", ord_),
-            sql.stored_text("step name", name),
-            sql.stored_int(run_id, "added seq", added),
+            sql.codec.stored_int(run_id, "ord", ord_),
+            sql.codec.stored_text("step name", name),
+            sql.codec.stored_int(run_id, "added seq", added),
             _dropped(sql, run_id, dropped),
         )
         for ord_, name, added, dropped in db.execute(_OUTPUT_SEQS, (run_id,)).fetchall()
     ]
     items = [
-        (sql.stored_int(run_id, "added seq", added), _dropped(sql, run_id, dropped))
+        (sql.codec.stored_int(run_id, "added seq", added), _dropped(sql, run_id, dropped))
         for added, dropped in db.execute(_ITEM_SEQS, (run_id,)).fetchall()
     ]
     recorded = _visible_counts(((added, dropped) for _, _, added, dropped in outputs), seqs)
@@ -75,8 +75,8 @@ def list_checkpoints(sql: SqlCheckpoints, db: Database, run_id: str) -> list[Che
     for (seq, created_at, text), count, item_count in zip(
         headers, recorded, held_items, strict=True
     ):
-        at = sql.stored_int(run_id, "seq", seq)
-        header = sql.parse_header(run_id, text)
+        at = sql.codec.stored_int(run_id, "seq", seq)
+        header = sql.codec.parse_header(run_id, text)
         listed.append(
             CheckpointInfo(
                 run_id=run_id,
@@ -105,24 +105,24 @@ def every_checkpoint(sql: SqlCheckpoints, db: Database, run_id: str) -> list[Wor
         return []
     rows = [
         (
-            sql.entry(run_id, name, value),
-            sql.stored_int(run_id, "added seq", added),
+            sql.codec.entry(run_id, name, value),
+            sql.codec.stored_int(run_id, "added seq", added),
             _dropped(sql, run_id, dropped),
         )
         for name, value, added, dropped in db.execute(ALL_ROWS, (run_id,)).fetchall()
     ]
     items = [
-        (row, sql.stored_int(run_id, "added seq", added), _dropped(sql, run_id, dropped))
-        for row, added, dropped in sql.items.every(db, run_id, sql.decoder(run_id))
+        (row, sql.codec.stored_int(run_id, "added seq", added), _dropped(sql, run_id, dropped))
+        for row, added, dropped in sql.items.every(db, run_id, sql.codec.decoder(run_id))
     ]
     parsed = [
-        (sql.stored_int(run_id, "seq", seq), sql.parse_header(run_id, header))
+        (sql.codec.stored_int(run_id, "seq", seq), sql.codec.parse_header(run_id, header))
         for seq, header in headers
     ]
     ledger = []
     if any(sql.ledger.counts(header) for _, header in parsed):  # none in a schema 2 database
         ledger = [
-            (row, sql.stored_int(run_id, "added seq", added), _dropped(sql, run_id, dropped))
+            (row, sql.codec.stored_int(run_id, "added seq", added), _dropped(sql, run_id, dropped))
             for row, added, dropped in sql.ledger.every(db, run_id)
         ]
     result = []
@@ -131,7 +131,7 @@ def every_checkpoint(sql: SqlCheckpoints, db: Database, run_id: str) -> list[Wor
         held = [row for row, added, dropped in items if _held(added, dropped, at)]
         spent = [row for row, added, dropped in ledger if _held(added, dropped, at)]
         filled = sql.items.fill(run_id, sql.ledger.fill(run_id, at, header, spent), held)
-        result.append(sql.rebuild(run_id, filled, visible))
+        result.append(sql.codec.rebuild(run_id, filled, visible))
     return result
 
 
@@ -140,7 +140,7 @@ def _held(added: int, dropped: int | None, seq: int) -> bool:
 
 
 def _dropped(sql: SqlCheckpoints, run_id: str, dropped: object) -> int | None:
-    return None if dropped is None else sql.stored_int(run_id, "dropped seq", dropped)
+    return None if dropped is None else sql.codec.stored_int(run_id, "dropped seq", dropped)
 
 
 def _visible_counts(rows: Iterable[tuple[int, int | None]], seqs: list[int]) -> list[int]:

@@ -40,17 +40,15 @@ def item_tables(bigint: str) -> tuple[str, ...]:
             value TEXT NOT NULL,
             PRIMARY KEY (run_id, ord)
         )""",
-        """CREATE INDEX IF NOT EXISTS executionkit_items_dropped
-            ON executionkit_items (run_id, dropped)""",
     )
 
 
 _LIVE = """SELECT ord, step, item, value FROM executionkit_items
     WHERE run_id = ? AND dropped IS NULL ORDER BY ord"""
 _DROP = "UPDATE executionkit_items SET dropped = ? WHERE run_id = ? AND ord = ?"
-_DROP_MAP = """UPDATE executionkit_items SET dropped = ?
+DROP_MAP = """UPDATE executionkit_items SET dropped = ?
     WHERE run_id = ? AND dropped IS NULL AND step = ?"""
-_ADD = """INSERT INTO executionkit_items (run_id, ord, step, item, added, dropped, value)
+ADD_ITEM = """INSERT INTO executionkit_items (run_id, ord, step, item, added, dropped, value)
     VALUES (?, ?, ?, ?, ?, NULL, ?)"""
 _AS_OF = """SELECT step, item, value FROM executionkit_items
     WHERE run_id = ? AND added <= ? AND (dropped IS NULL OR dropped > ?) ORDER BY ord"""
@@ -119,7 +117,7 @@ class ItemRows:
         new = checkpoint.new_items
         for name in maps:
             if name not in items:
-                db.execute(_DROP_MAP, (seq, run_id, name))
+                db.execute(DROP_MAP, (seq, run_id, name))
         counts: dict[str, int] = {}
         for name, entry in items.items():
             keys = new.get(name, ())
@@ -159,7 +157,7 @@ class ItemRows:
             rows = live.get(name, [])
             kept = 0
             for (_, item, value), key in zip(rows, wanted, strict=False):
-                if item != key or value != self._value(checkpoint, outputs[key]):
+                if item != key or value != self.value(checkpoint, outputs[key]):
                     break
                 kept += 1
             for ord_, _, _ in rows[kept:]:
@@ -179,12 +177,13 @@ class ItemRows:
     ) -> int:
         seq = checkpoint.seq
         for name, key, output in rows:
-            value = self._value(checkpoint, output)
-            db.execute(_ADD, (run_id, next_ord, name, key, seq, value))
+            value = self.value(checkpoint, output)
+            db.execute(ADD_ITEM, (run_id, next_ord, name, key, seq, value))
             next_ord += 1
         return next_ord
 
-    def _value(self, checkpoint: WorkflowCheckpoint, output: object) -> str:
+    def value(self, checkpoint: WorkflowCheckpoint, output: object) -> str:
+        """An item's output as JSON; `CheckpointValueError` if it cannot be written."""
         try:
             text = dumps(output)
             text.encode("utf-8")  # a lone surrogate must fail here, not in the driver

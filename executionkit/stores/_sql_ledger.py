@@ -1,4 +1,4 @@
-"""The cost ledger in the SQL stores: one row per ledger entry, written once (schema 3).
+"""The cost ledger in the SQL stores: one row per ledger entry, written once (schema 3 on).
 
 A checkpoint's header holds the number of ledger rows it counts (``"ledger":
 n``) instead of the rows; each row is a row of ``executionkit_ledger``, with the
@@ -46,15 +46,13 @@ def ledger_tables(bigint: str) -> tuple[str, ...]:
             llm_calls {bigint} NOT NULL,
             PRIMARY KEY (run_id, ord)
         )""",
-        """CREATE INDEX IF NOT EXISTS executionkit_ledger_dropped
-            ON executionkit_ledger (run_id, dropped)""",
     )
 
 
 _LIVE = f"""SELECT ord, {_VALUES} FROM executionkit_ledger
     WHERE run_id = ? AND dropped IS NULL ORDER BY ord"""  # noqa: S608 - constant columns
 _DROP = "UPDATE executionkit_ledger SET dropped = ? WHERE run_id = ? AND ord = ?"
-_ADD = f"""INSERT INTO executionkit_ledger (run_id, ord, added, dropped, {_VALUES})
+ADD_LEDGER = f"""INSERT INTO executionkit_ledger (run_id, ord, added, dropped, {_VALUES})
     VALUES (?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?)"""  # noqa: S608 - constant columns
 _AS_OF = f"""SELECT {_VALUES} FROM executionkit_ledger
     WHERE run_id = ? AND added <= ? AND (dropped IS NULL OR dropped > ?)
@@ -121,7 +119,7 @@ class LedgerRows:
         db: Database, run_id: str, seq: int, rows: Iterable[LedgerEntry], next_ord: int
     ) -> int:
         for row in rows:
-            db.execute(_ADD, (run_id, next_ord, seq, *row.to_list()))
+            db.execute(ADD_LEDGER, (run_id, next_ord, seq, *row.to_list()))
             next_ord += 1
         return next_ord
 

@@ -31,29 +31,49 @@ class Dialect:
     """Where SQLite and PostgreSQL differ."""
 
     schema: tuple[str, ...]  # CREATE statements, each idempotent
+    upgrade: tuple[str, ...]  # what turns the tables of schema 2 or 3 into schema 4
     lock_run: str  # selects seq, written, next_ord of the run row, locking it
     next_written: str  # an SQL expression: the next value of the save counter
     lock_schema: str = ""  # a statement serialising schema changes, if the write lock does not
 
 
-def tables(bigint: str) -> tuple[str, ...]:
-    """The CREATE statements, with the integer type of the dialect."""
-    return (
-        "CREATE TABLE IF NOT EXISTS executionkit_schema (version INTEGER NOT NULL)",
-        f"""CREATE TABLE IF NOT EXISTS executionkit_runs (
+def _runs(name: str, bigint: str, keyed: str) -> str:
+    return f"""CREATE TABLE IF NOT EXISTS {name} (
             run_id TEXT PRIMARY KEY,
             seq {bigint} NOT NULL,
             written {bigint} NOT NULL,
             next_ord {bigint} NOT NULL
-        )""",
-        "CREATE INDEX IF NOT EXISTS executionkit_runs_written ON executionkit_runs (written)",
-        f"""CREATE TABLE IF NOT EXISTS executionkit_headers (
+        ){keyed}"""
+
+
+def _headers(name: str, bigint: str, keyed: str) -> str:
+    return f"""CREATE TABLE IF NOT EXISTS {name} (
             run_id TEXT NOT NULL,
             seq {bigint} NOT NULL,
             created_at TEXT,
             header TEXT NOT NULL,
             PRIMARY KEY (run_id, seq)
-        )""",
+        ){keyed}"""
+
+
+_WRITTEN_INDEX = (
+    "CREATE INDEX IF NOT EXISTS executionkit_runs_written ON executionkit_runs (written)"
+)
+
+
+def tables(bigint: str, keyed: str = "") -> tuple[str, ...]:
+    """The CREATE statements of schema 4, with the integer type of the dialect.
+
+    ``keyed`` ends the tables a save rewrites a row of (runs and headers):
+    SQLite's ``" WITHOUT ROWID"`` stores them in their key's B-tree alone. No
+    table has an index on ``dropped`` any more (schema 3 had three): only the
+    full save and `prune` look for dropped rows, among one run's rows.
+    """
+    return (
+        "CREATE TABLE IF NOT EXISTS executionkit_schema (version INTEGER NOT NULL)",
+        _runs("executionkit_runs", bigint, keyed),
+        _WRITTEN_INDEX,
+        _headers("executionkit_headers", bigint, keyed),
         f"""CREATE TABLE IF NOT EXISTS executionkit_outputs (
             run_id TEXT NOT NULL,
             ord {bigint} NOT NULL,
@@ -63,11 +83,39 @@ def tables(bigint: str) -> tuple[str, ...]:
             value TEXT NOT NULL,
             PRIMARY KEY (run_id, ord)
         )""",
-        """CREATE INDEX IF NOT EXISTS executionkit_outputs_dropped
-            ON executionkit_outputs (run_id, dropped)""",
         *item_tables(bigint),
         *ledger_tables(bigint),
     )
+
+
+_DROP_INDEXES = tuple(
+    f"DROP INDEX IF EXISTS executionkit_{table}_dropped"
+    for table in ("outputs", "items", "ledger")
+)
+
+
+def upgrade(bigint: str, keyed: str = "") -> tuple[str, ...]:
+    """The statements that turn schema 2 or 3 tables into schema 4 (after `tables`).
+
+    The indexes on ``dropped`` go. With ``keyed``, the runs and headers tables
+    are copied into tables of that kind, which replace them (SQLite cannot
+    change a table's kind in place).
+    """
+    if not keyed:
+        return _DROP_INDEXES
+    copies = []
+    for table, make, columns in (
+        ("executionkit_runs", _runs, "run_id, seq, written, next_ord"),
+        ("executionkit_headers", _headers, "run_id, seq, created_at, header"),
+    ):
+        copies += [
+            f"DROP TABLE IF EXISTS {table}_4",
+            make(f"{table}_4", bigint, keyed),
+            f"INSERT INTO {table}_4 ({columns}) SELECT {columns} FROM {table}",  # noqa: S608
+            f"DROP TABLE {table}",
+            f"ALTER TABLE {table}_4 RENAME TO {table}",
+        ]
+    return (*_DROP_INDEXES, *copies, _WRITTEN_INDEX)
 
 
 SCHEMA_ROW = """INSERT INTO executionkit_schema (version)
@@ -83,6 +131,9 @@ ADD = """INSERT INTO executionkit_outputs (run_id, ord, name, added, dropped, va
 ADD_HEADER = (
     "INSERT INTO executionkit_headers (run_id, seq, created_at, header) VALUES (?, ?, ?, ?)"
 )
+# The header of the run's previous checkpoint becomes the new one's (a store without history).
+MOVE_HEADER = """UPDATE executionkit_headers SET seq = ?, created_at = ?, header = ?
+    WHERE run_id = ? AND seq = ?"""
 FORGET_HEADER = "DELETE FROM executionkit_headers WHERE run_id = ? AND seq = ?"
 FORGET_HEADER_RETURNING = f"{FORGET_HEADER} RETURNING header"
 # Rows no kept checkpoint can see: dropped at or before the oldest kept seq.

@@ -13,7 +13,8 @@ from executionkit.stores._claims import claimed, lock_owner, run_lock_name
 from executionkit.stores._files import check_regular
 from executionkit.stores._history import check_seq
 from executionkit.stores._sql import SqlCheckpoints
-from executionkit.stores._sql_schema import Dialect, tables
+from executionkit.stores._sql_next import write_next
+from executionkit.stores._sql_schema import Dialect, tables, upgrade
 
 if TYPE_CHECKING:
     import sqlite3
@@ -22,9 +23,11 @@ if TYPE_CHECKING:
     from executionkit._checkpoint import WorkflowCheckpoint
     from executionkit._ownership import RunOwner
     from executionkit.stores._history import CheckpointInfo
+    from executionkit.stores._sql_next import Known, NextSave
 
 _DIALECT = Dialect(
-    schema=tables("INTEGER"),
+    schema=tables("INTEGER", " WITHOUT ROWID"),
+    upgrade=upgrade("INTEGER", " WITHOUT ROWID"),
     # BEGIN IMMEDIATE already holds the database's write lock.
     lock_run="SELECT seq, written, next_ord FROM executionkit_runs WHERE run_id = ?",
     next_written="(SELECT COALESCE(MAX(written), 0) + 1 FROM executionkit_runs)",
@@ -45,9 +48,14 @@ class SQLiteStore:
     A save writes one small header row (the checkpoint without its outputs) and
     one row per output recorded since the previous checkpoint, so its cost does
     not grow with the length of the run. Each save is one ``BEGIN IMMEDIATE``
-    transaction that reads the stored ``seq`` of the checkpoint's run and
-    writes only if the new ``seq`` is higher, so a stale writer, in another
-    thread or process, gets `StaleCheckpointError` and changes nothing. Each
+    transaction that writes only if the new ``seq`` is higher than the stored
+    one of the checkpoint's run, so a stale writer, in another thread or
+    process, gets `StaleCheckpointError` and changes nothing. The run's next
+    checkpoint after the one a store object saved last is written without a
+    read: one ``UPDATE`` of the run's row fenced on the ``seq``, save counter
+    and header that object wrote, then the new rows (five statements in all
+    for a step's output); if anything changed meanwhile, the save reads and
+    compares as any other. Each
     thread uses its own connection, kept open between calls (`close` closes
     them) and reopened if the file is replaced or the process forks; it waits
     up to ``timeout`` for another writer's lock. So one store can be shared by
@@ -63,13 +71,14 @@ class SQLiteStore:
     your application's):
 
     ```sql
-    CREATE TABLE executionkit_schema (version INTEGER NOT NULL);  -- one row: 3
+    CREATE TABLE executionkit_schema (version INTEGER NOT NULL);  -- one row: 4
     CREATE TABLE executionkit_runs (
         run_id TEXT PRIMARY KEY,
         seq INTEGER NOT NULL,  -- the latest checkpoint's seq: the stale-writer fence
         written INTEGER NOT NULL,  -- 1, 2, 3...: the order of the saves, across runs
         next_ord INTEGER NOT NULL  -- the ord of the run's next output, item or ledger row
-    );
+    ) WITHOUT ROWID;
+    CREATE INDEX executionkit_runs_written ON executionkit_runs (written);
     CREATE TABLE executionkit_headers (  -- one per checkpoint kept
         run_id TEXT NOT NULL,
         seq INTEGER NOT NULL,
@@ -77,7 +86,7 @@ class SQLiteStore:
         header TEXT NOT NULL,  -- to_dict() without outputs, step_index and items' outputs,
                                -- its "ledger" the number of ledger rows (format 4)
         PRIMARY KEY (run_id, seq)
-    );
+    ) WITHOUT ROWID;
     CREATE TABLE executionkit_outputs (  -- one per output recorded
         run_id TEXT NOT NULL,
         ord INTEGER NOT NULL,  -- the order of the outputs in the run
@@ -121,13 +130,16 @@ class SQLiteStore:
     at k, as many as its header counts, in ``ord`` order. A save writes one row
     per output, per item and per ledger row recorded since the previous
     checkpoint (``new_ledger``): the header does not grow with the run. A
-    database of schema version 2 (before the ledger table) is read as it is
-    and upgraded in place by the first write (the table created and the
-    version set to 3, in that write's transaction); an older executionkit
-    then refuses it. A database holding the table ``executionkit_checkpoints``
-    of the first, unreleased SQLiteStore, or tables of schema version 1 (also
-    unreleased, which kept items in each header), is refused with
-    `CheckpointFormatError`.
+    database of schema version 2 (before the ledger table) or 3 (rowid runs
+    and headers tables, an index on ``dropped`` of the outputs, items and
+    ledger) is read as it is and upgraded in place by the first write (the
+    ledger table created, the runs and headers tables copied into
+    ``WITHOUT ROWID`` ones, the indexes dropped and the version set to 4, in
+    that write's transaction); an older executionkit then refuses it. A
+    database holding the table ``executionkit_checkpoints`` of the first,
+    unreleased SQLiteStore, or tables of schema version 1 (also unreleased,
+    which kept items in each header), or of a newer schema than 4, is refused
+    with `CheckpointFormatError`.
 
     `claim` makes one live process the owner of a run, so that two processes
     resuming it never both run it: `Workflow.run` takes the claim before any
@@ -208,15 +220,34 @@ class SQLiteStore:
                 f"ExecutionKit 0.4 checkpoint?); resume from it and store the run's own"
             )
             raise ValueError(msg)
-        header = self._sql.header(checkpoint)  # before creating the database file
+        header = self._sql.codec.header(checkpoint)  # before creating the database file
+        plan = self._sql.plan(run_id, checkpoint, header)
         with self._connect() as connection:
             if id(connection) not in self._wal:
                 self._use_wal(connection)
             connection.execute("BEGIN IMMEDIATE")
             with connection:  # commits, or rolls back if anything raises
-                self._create(connection)
-                known = self._sql.save(connection, checkpoint, run_id, header)
+                known = None if plan is None else self._next(connection, plan)
+                if known is None:  # not the run's next, or the stored run changed
+                    self._create(connection)
+                    known = self._sql.save(connection, checkpoint, run_id, header)
         self._sql.committed(known)
+
+    def _next(self, connection: sqlite3.Connection, plan: NextSave) -> Known | None:
+        """Write the run's next checkpoint without reading first; None if the fence refused.
+
+        The fence also fails, writing nothing, when the tables are gone (dropped by
+        hand): the full save then creates them again.
+        """
+        import sqlite3  # noqa: PLC0415 - loaded already by _connect
+
+        before = connection.total_changes
+        try:
+            return write_next(self._sql, connection, plan)
+        except sqlite3.OperationalError:
+            if connection.total_changes != before:
+                raise
+            return None
 
     def load(
         self, run_id: str | None = None, *, seq: int | None = None
