@@ -598,11 +598,20 @@ def test_the_ledger_counts_tokens_per_step_and_sub_workflow() -> None:
     assert found["write"].attempts == 3
 
 
+@pytest.mark.parametrize("to", ["process", "another thread"])
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_the_command_in_this_process_stops_on_a_signal(
-    waiting_db: tuple[str, SQLiteStore], monkeypatch: pytest.MonkeyPatch, signum: int, code: int
+    waiting_db: tuple[str, SQLiteStore],
+    monkeypatch: pytest.MonkeyPatch,
+    signum: int,
+    code: int,
+    to: str,
 ) -> None:
-    """``main(["serve", ...])`` serves until SIGTERM (143) or Ctrl-C (130), then gives back."""
+    """``main(["serve", ...])`` serves until SIGTERM (143) or Ctrl-C (130), then gives back.
+
+    Also when the kernel hands the signal to a thread other than the main one,
+    which does not interrupt the main thread's wait by itself.
+    """
     import executionkit._serve as serve  # noqa: PLC0415 - patched here, in this test alone
 
     listening = threading.Event()
@@ -615,19 +624,34 @@ def test_the_command_in_this_process_stops_on_a_signal(
     monkeypatch.setattr(serve, "out", heard)
     statuses: list[int] = []
 
+    main_thread = threading.get_ident()
+    returned = threading.Event()
+    rescued: list[bool] = []
+
     def client() -> None:
         try:
             assert listening.wait(30)
             statuses.append(_request(said[0].split()[1], "/run?id=review")[0])
         finally:
-            os.kill(os.getpid(), signum)  # to the main thread, where main() waits
+            if to == "process":
+                os.kill(os.getpid(), signum)  # the kernel picks the thread
+            else:
+                signal.pthread_kill(threading.get_ident(), signum)  # this thread, not main
+            # Never leave the suite hanging: if main() has not come back, signal its thread.
+            if not returned.wait(30):
+                rescued.append(True)
+                signal.pthread_kill(main_thread, signum)
 
     previous = signal.getsignal(signal.SIGTERM)
     thread = threading.Thread(target=client)
     thread.start()
     args = ["serve", waiting_db[0], "--workflow", "serve_workflows:approval", "--port", "0"]
-    assert main([*args, "--input", "topic=x"]) == code
-    thread.join()
+    try:
+        assert main([*args, "--input", "topic=x"]) == code
+    finally:
+        returned.set()
+        thread.join()
+    assert rescued == []
     assert statuses == [200]
     assert said[0].startswith("serving http://127.0.0.1:")
     assert signal.getsignal(signal.SIGTERM) is previous

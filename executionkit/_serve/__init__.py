@@ -100,7 +100,11 @@ def _until_stopped(server: Server, app: App) -> int:
     try:
         thread.start()
         out(f"serving {server.url}")
-        thread.join()
+        # A signal the kernel hands to another thread (the server's, a request's) does not
+        # interrupt a join blocked in the main thread: a timed one comes back and lets the
+        # handler run here.
+        while thread.is_alive():
+            thread.join(0.25)
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
     except _Terminated:
