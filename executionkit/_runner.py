@@ -32,7 +32,7 @@ from executionkit._checkpointer import Checkpointer
 from executionkit._children import ChildRuns
 from executionkit._conditions import Conditions
 from executionkit._errors import CheckpointFormatError
-from executionkit._graph import Frontier
+from executionkit._frontier import Frontier
 from executionkit._listeners import tracers
 from executionkit._map import MapRun
 from executionkit._outcome import FAILED, INTERRUPTED, VALUE, Ending, Landing, caught

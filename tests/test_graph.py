@@ -19,7 +19,8 @@ from executionkit import (
     WorkflowCheckpoint,
     WorkflowDefinitionError,
 )
-from executionkit._graph import Frontier, Graph
+from executionkit._frontier import Frontier
+from executionkit._graph import Graph
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
