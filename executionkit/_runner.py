@@ -261,8 +261,13 @@ class Run(Landing):
             fresh = frontier.complete(record.merge())
             for position in fresh:
                 heapq.heappush(ready, position)
-            # In the checkpoint's in_flight: they start next (if anything does).
-            record.in_flight.coming(ready if self._policies.may_start_ready() else None, fresh)
+            # In the checkpoint's in_flight: they start next (if anything does). When
+            # nothing starts any more (a step failed), the steps still running may still
+            # spend: they stay listed.
+            if self._policies.may_start_ready():
+                record.in_flight.coming(ready, fresh)
+            else:
+                record.in_flight.coming(sorted(running.tasks))
             # Steps that finish while checkpoint_fn runs are folded into the next one.
             await save()
         self._more = self._more or bool(ready)

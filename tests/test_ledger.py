@@ -548,3 +548,34 @@ def test_inspect_shows_what_each_step_spent_and_wasted(
         "output_tokens": 1,
         "llm_calls": 1,
     }
+
+
+def test_eager_the_checkpoint_of_a_failure_lists_the_steps_still_running() -> None:
+    """Nothing starts after a failure, but a step left running may spend: it stays listed.
+
+    With ``on_error="finish"`` the running step goes on after the failure's checkpoint.
+
+    Found by the ledger property (seed 903): the failure's checkpoint listed nothing in
+    flight, so a kill after it lost the running step's call without an "unknown" row.
+    """
+    saved: list[WorkflowCheckpoint] = []
+    release = asyncio.Event()
+
+    async def slow(ctx: Any) -> str:
+        await release.wait()
+        return "done"
+
+    def fails(ctx: Any) -> str:
+        msg = "no"
+        raise ValueError(msg)
+
+    def save(checkpoint: WorkflowCheckpoint) -> None:
+        saved.append(checkpoint)
+        if checkpoint.errors:
+            release.set()
+
+    workflow = Workflow([Step("slow", slow), Step("fails", fails)])
+    with pytest.raises(WorkflowFailed):
+        asyncio.run(workflow.run(checkpoint_fn=save, schedule="eager", on_error="finish"))
+    failure = next(checkpoint for checkpoint in saved if checkpoint.errors)
+    assert ("slow", None, 1) in failure.in_flight
