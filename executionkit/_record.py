@@ -481,8 +481,11 @@ class Record:
         """The `WorkflowResult` of a run that completed."""
         outputs = self.outputs
         names = self.graph.names
+        ordered = dict(outputs)  # in declaration order: as they landed, most often
+        if len(outputs) != len(names) or tuple(outputs) != names:
+            ordered = {name: outputs[name] for name in names if name in outputs}
         return WorkflowResult(
-            outputs=MappingProxyType({name: outputs[name] for name in names if name in outputs}),
+            outputs=MappingProxyType(ordered),
             pending=MappingProxyType(self.waiting()),
             cost=self.cost,
             run_id=self.run_id,

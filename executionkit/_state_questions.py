@@ -62,11 +62,15 @@ class Questions:
     def waiting(self, children: Children) -> dict[str, Any]:
         """Every question waiting for an answer by path (`join_path`), nested ones after."""
         pending = self.pending
-        found = {
-            join_path(name): pending[name]["question"]
-            for name in self._graph.names
-            if name in pending
-        }
+        found = (
+            {
+                join_path(name): pending[name]["question"]
+                for name in self._graph.names
+                if name in pending
+            }
+            if pending
+            else {}
+        )
         if children:
             nested = nested_pending(self._graph, children.latest)
             found.update((name, entry["question"]) for name, entry in nested.items())
