@@ -50,7 +50,7 @@ async def noop(ctx: object) -> int:
     return 1
 
 
-class _Last(list):  # type: ignore[type-arg]
+class KeepLast(list):  # type: ignore[type-arg]
     """A list that keeps only the last item appended: ``--keep last``."""
 
     def append(self, item: object) -> None:
@@ -65,14 +65,14 @@ def build(
         batches = baseline.plan([(name, deps, baseline.noop) for name, deps in dag])
 
         async def run_baseline() -> object:
-            saved: list[baseline.Checkpoint] = [] if keep == "all" else _Last()
+            saved: list[baseline.Checkpoint] = [] if keep == "all" else KeepLast()
             return (await baseline.run_batches(batches, saved), saved)
 
         return run_baseline
     workflow = Workflow(Step(name, noop, depends_on=deps) for name, deps in dag)
 
     async def run_executionkit() -> tuple[WorkflowResult, list[WorkflowCheckpoint]]:
-        saved: list[WorkflowCheckpoint] = [] if keep == "all" else _Last()
+        saved: list[WorkflowCheckpoint] = [] if keep == "all" else KeepLast()
         return (await workflow.run(checkpoint_fn=saved.append), saved)
 
     return run_executionkit

@@ -30,18 +30,6 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-async def _noop(ctx: object) -> int:
-    del ctx
-    return 1
-
-
-class _Last(list):  # type: ignore[type-arg]
-    """A list that keeps only the last item appended."""
-
-    def append(self, item: object) -> None:
-        self[:] = [item]
-
-
 def child(impl: str, shape: str, size: int, keep: str) -> None:
     """Build and run once, then print the peak RSS in bytes (run in a fresh process)."""
     sys.path.insert(0, str(HERE))
@@ -50,18 +38,19 @@ def child(impl: str, shape: str, size: int, keep: str) -> None:
     source.put_on_path()
     import baseline  # noqa: PLC0415
     import shapes  # noqa: PLC0415
+    from memory import KeepLast, noop  # noqa: PLC0415
 
     from executionkit import Step, Workflow  # noqa: PLC0415
 
     dag = shapes.make(shape, size)
-    saved: list[object] = [] if keep == "all" else _Last()
+    saved: list[object] = [] if keep == "all" else KeepLast()
     if impl == "baseline":
         batches = baseline.plan([(name, deps, baseline.noop) for name, deps in dag])
         outputs = asyncio.run(baseline.run_batches(batches, saved))  # type: ignore[arg-type]
         if len(outputs) != size:
             sys.exit(f"the loop ran {len(outputs)} steps of {size}")
     else:
-        workflow = Workflow(Step(name, _noop, depends_on=deps) for name, deps in dag)
+        workflow = Workflow(Step(name, noop, depends_on=deps) for name, deps in dag)
         result = asyncio.run(workflow.run(checkpoint_fn=saved.append))
         if len(result.outputs) != size:
             sys.exit(f"executionkit ran {len(result.outputs)} steps of {size}")

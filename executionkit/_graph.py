@@ -368,14 +368,9 @@ def _as_steps(steps: Iterable[Step]) -> tuple[Step, ...]:
     # The types present, found at C speed: a workflow has a handful of them.
     if all(issubclass(kind, Step) for kind in set(map(type, items))):
         return cast("tuple[Step, ...]", items)
-    for position, step in enumerate(items):
-        if not isinstance(step, Step):
-            msg = (
-                f"Workflow step #{position} (0-based) must be a Step, "
-                f"got {type(step).__name__} {step!r}"
-            )
-            raise WorkflowDefinitionError(msg)
-    raise AssertionError  # pragma: no cover - the types said one was not a Step
+    position, step = next((i, s) for i, s in enumerate(items) if not isinstance(s, Step))
+    msg = f"Workflow step #{position} (0-based) must be a Step, got {type(step).__name__} {step!r}"
+    raise WorkflowDefinitionError(msg)
 
 
 class _Kinds:

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from executionkit._aio import wait_through
+from executionkit._aio import task_maker, wait_through
 from executionkit._outcome import FAILED, UNFINISHED, VALUE, Unfinished, caught
 from executionkit._state_items import item_pairs
 from executionkit.events import ItemStarted, MapStarted, StepInvalidated
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Coroutine, Mapping
+    from collections.abc import Awaitable, Callable, Mapping
 
     from executionkit._announcer import Announcer
     from executionkit._checkpointer import Checkpointer
@@ -266,13 +266,7 @@ class _Driver:
 
     def _start_items(self, todo: list[tuple[str, Any]], limit: int | None) -> bool:
         """Start items while allowed; return whether one waits for a concurrency slot."""
-        loop = asyncio.get_running_loop()
-        create_task: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]]
-        if loop.get_task_factory() is None:
-            # What loop.create_task does then, without its checks on every call.
-            create_task = partial(asyncio.Task, loop=loop)
-        else:
-            create_task = loop.create_task
+        create_task = task_maker()
         tasks = self.tasks
         policies = self.run_.policies
         announcer = self.run_.announcer

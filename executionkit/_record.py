@@ -481,8 +481,9 @@ class Record:
         """The `WorkflowResult` of a run that completed."""
         outputs = self.outputs
         names = self.graph.names
-        ordered = dict(outputs)  # in declaration order: as they landed, most often
-        if len(outputs) != len(names) or tuple(outputs) != names:
+        if len(outputs) == len(names) and tuple(outputs) == names:
+            ordered = dict(outputs)  # landed in declaration order: one copy at C speed
+        else:
             ordered = {name: outputs[name] for name in names if name in outputs}
         return WorkflowResult(
             outputs=MappingProxyType(ordered),

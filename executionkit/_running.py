@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import asyncio
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from executionkit._aio import wait_through
+from executionkit._aio import task_maker, wait_through
 from executionkit._attempt import InContext
 
 if TYPE_CHECKING:
     import contextvars
-    from collections.abc import Callable, Coroutine
+    from collections.abc import Callable
 
     from executionkit._announcer import Announcer
     from executionkit._attempt import Attempts
@@ -121,13 +121,7 @@ class Running:
 
     def _spawn(self, position: int, take: Callable[[], int], more: int) -> None:
         """Start a task for ``position``, then for ``more`` steps got from ``take()``."""
-        loop = asyncio.get_running_loop()
-        create_task: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]]
-        if loop.get_task_factory() is None:
-            # What loop.create_task does then, without its checks on every call.
-            create_task = partial(asyncio.Task, loop=loop)
-        else:
-            create_task = loop.create_task
+        create_task = task_maker()
         body = self._attempts.task
         tasks = self.tasks
         holders = self._holders

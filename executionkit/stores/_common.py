@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from executionkit._errors import StaleCheckpointError
+from executionkit._checkpoint import WorkflowCheckpoint
+from executionkit._errors import CheckpointFormatError, StaleCheckpointError
 from executionkit.stores._unstorable import unstorable
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from executionkit._checkpoint import WorkflowCheckpoint
     from executionkit._ledger import LedgerEntry
 
 
@@ -35,6 +35,20 @@ def encode(checkpoint: WorkflowCheckpoint, store: str) -> bytes:
 
 
 TOO_DEEP = "nested too deeply to read"
+
+
+def rebuilt(data: object, where: str, too_deep: str | None = None) -> WorkflowCheckpoint:
+    """`WorkflowCheckpoint.from_dict` of stored ``data``, its errors prefixed with ``where``.
+
+    A `CheckpointFormatError` keeps its path; nesting too deep to rebuild is one,
+    prefixed with ``too_deep`` (``where`` unless given).
+    """
+    try:
+        return WorkflowCheckpoint.from_dict(data)
+    except CheckpointFormatError as exc:
+        raise CheckpointFormatError(f"{where}: {exc}", path=exc.path) from exc
+    except RecursionError:
+        raise CheckpointFormatError(f"{too_deep or where}: {TOO_DEEP}") from None
 
 
 def loads(text: str | bytes) -> object:

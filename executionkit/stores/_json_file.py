@@ -10,13 +10,13 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from executionkit._checkpoint import WorkflowCheckpoint
 from executionkit._errors import CheckpointFormatError
 from executionkit.stores._claims import claimed, lock_owner
-from executionkit.stores._common import TOO_DEEP, encode, loads, same_json, stale
+from executionkit.stores._common import encode, loads, rebuilt, same_json, stale
 from executionkit.stores._files import FileId, fsync_folder, path_id, read_bytes, write_all
 
 if TYPE_CHECKING:
+    from executionkit._checkpoint import WorkflowCheckpoint
     from executionkit._ownership import RunOwner
 
 
@@ -186,12 +186,7 @@ class JsonFileStore:
             raise CheckpointFormatError(msg) from None
         except ValueError as exc:
             raise CheckpointFormatError(f"{where}: unreadable JSON ({exc})") from None
-        try:
-            return WorkflowCheckpoint.from_dict(parsed)
-        except CheckpointFormatError as exc:
-            raise CheckpointFormatError(f"{self.path}: {exc}", path=exc.path) from exc
-        except RecursionError:
-            raise CheckpointFormatError(f"{where}: {TOO_DEEP}") from None
+        return rebuilt(parsed, str(self.path), where)
 
     def _replace(self, data: bytes) -> None:
         folder = self.path.parent

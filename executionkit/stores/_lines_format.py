@@ -10,7 +10,7 @@ from executionkit._checkpoint import FORMAT_VERSION, WorkflowCheckpoint, trusted
 from executionkit._checkpoint_fields import KEYS_BY_VERSION
 from executionkit._errors import CheckpointFormatError
 from executionkit._types import TokenUsage
-from executionkit.stores._common import TOO_DEEP
+from executionkit.stores._common import rebuilt
 from executionkit.stores._history import CheckpointInfo
 from executionkit.stores._lines_items import fold_items, legacy_items
 
@@ -335,12 +335,7 @@ class Rebuild:
         data.update(state["extra"])
         data["ledger"] = list(state["ledger"])  # the state keeps growing: a copy
         where = f"{self.path}: the lines do not rebuild into a valid checkpoint"
-        try:
-            return WorkflowCheckpoint.from_dict(data)
-        except CheckpointFormatError as exc:
-            raise CheckpointFormatError(f"{where}: {exc}", path=exc.path) from exc
-        except RecursionError:
-            raise CheckpointFormatError(f"{where}: {TOO_DEEP}") from None
+        return rebuilt(data, where)
 
 
 class LineHistory:

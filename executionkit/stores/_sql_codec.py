@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from executionkit._checkpoint import WorkflowCheckpoint, trusted_checkpoint
 from executionkit._errors import CheckpointFormatError
-from executionkit.stores._common import TOO_DEEP, dumps, ledger_length, loads
+from executionkit.stores._common import dumps, ledger_length, loads, rebuilt
 from executionkit.stores._lines_format import unfinished
 from executionkit.stores._sql_items import header_items, slim_header_items
 from executionkit.stores._unstorable import unstorable
@@ -137,12 +137,7 @@ class SqlCodec:
         data["step_index"] = len(outputs)
         if infos and isinstance(data.get("step_info"), dict):
             data["step_info"] = {**infos, **data["step_info"]}
-        try:
-            return WorkflowCheckpoint.from_dict(data)
-        except CheckpointFormatError as exc:
-            raise CheckpointFormatError(f"{where}: {exc}", path=exc.path) from exc
-        except RecursionError:
-            raise CheckpointFormatError(f"{where}: {TOO_DEEP}") from None
+        return rebuilt(data, where)
 
     def json(self, run_id: str, what: str, data: object) -> object:
         """A stored JSON text (``what`` of ``run_id``, for messages), decoded."""
