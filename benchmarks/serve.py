@@ -44,8 +44,8 @@ source.put_on_path()
 
 from executionkit import PatternResult, Step, TokenUsage, Workflow  # noqa: E402
 from executionkit._cli._location import parse_location  # noqa: E402
-from executionkit._serve import App, start_server  # noqa: E402
-from executionkit._serve._runs import Source  # noqa: E402
+from executionkit._cli._serve import App, start_server  # noqa: E402
+from executionkit._cli._serve._runs import Source  # noqa: E402
 from executionkit.stores import SQLiteStore  # noqa: E402
 
 if TYPE_CHECKING:

@@ -9,7 +9,9 @@ restored exactly.
 
 from __future__ import annotations
 
-from executionkit._checkpoint import WorkflowCheckpoint
+from executionkit._checkpoint._ledger import LedgerEntry, Spending
+from executionkit._checkpoint._value import WorkflowCheckpoint
+from executionkit._define._step import Step
 from executionkit._errors import (
     BudgetExceeded,
     CheckpointFormatError,
@@ -24,12 +26,10 @@ from executionkit._errors import (
     WorkflowDefinitionError,
     WorkflowFailed,
 )
-from executionkit._ledger import LedgerEntry, Spending
-from executionkit._ownership import RunOwner
-from executionkit._plan import ResumePlan
-from executionkit._result import WorkflowResult
-from executionkit._step import Step
-from executionkit._step_context import StepContext, current_step
+from executionkit._record._result import WorkflowResult
+from executionkit._run._ownership import RunOwner
+from executionkit._run._plan import ResumePlan
+from executionkit._run._step_context import StepContext, current_step
 from executionkit._types import PatternResult, TokenUsage
 from executionkit._workflow import Workflow
 

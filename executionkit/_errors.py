@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from executionkit._checkpoint import WorkflowCheckpoint
-    from executionkit._ownership import RunOwner
+    from executionkit._checkpoint._value import WorkflowCheckpoint
+    from executionkit._run._ownership import RunOwner
     from executionkit._types import TokenUsage
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
-from executionkit._graph import Graph
-from executionkit._options import (
+from executionkit._define._graph import Graph
+from executionkit._define._options import (
     CheckpointEvery,
     CheckpointFn,
     OnError,
@@ -13,16 +13,16 @@ from executionkit._options import (
     Schedule,
     UnknownSteps,
 )
-from executionkit._plan import ResumePlan, plan_resume
+from executionkit._run._plan import ResumePlan, plan_resume
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping, Sequence
     from concurrent.futures import Executor
 
-    from executionkit._checkpoint import WorkflowCheckpoint
-    from executionkit._result import WorkflowResult
-    from executionkit._runner import Run
-    from executionkit._step import Step
+    from executionkit._checkpoint._value import WorkflowCheckpoint
+    from executionkit._define._step import Step
+    from executionkit._record._result import WorkflowResult
+    from executionkit._run._runner import Run
     from executionkit._types import TokenUsage
     from executionkit.events import EventCallback
 
@@ -228,8 +228,8 @@ class Workflow:
         # run, so that importing executionkit to read or write checkpoints stays cheap.
         # Imported once, then kept here: an import statement costs on every run.
         if not _LOADED:
-            from executionkit._ownership import claimed  # noqa: PLC0415
-            from executionkit._runner import Run  # noqa: PLC0415
+            from executionkit._run._ownership import claimed  # noqa: PLC0415
+            from executionkit._run._runner import Run  # noqa: PLC0415
 
             _LOADED.append((Run, claimed))
         run_class, claimed = _LOADED[0]
@@ -318,7 +318,7 @@ class Workflow:
                 re-run or overridden below a re-run step.
             CheckpointValueError: If an override is not plain JSON data.
         """
-        from executionkit._fork import fork  # noqa: PLC0415 - only forks pay for it
+        from executionkit._resume._fork import fork  # noqa: PLC0415 - only forks pay for it
 
         return fork(
             self._graph, checkpoint, override=override, rerun=rerun, run_id=run_id, note=note
@@ -347,7 +347,7 @@ class Workflow:
         """
         import asyncio  # noqa: PLC0415 - see run()
 
-        from executionkit._signals import (  # noqa: PLC0415
+        from executionkit._run._signals import (  # noqa: PLC0415
             TERMINATED_STATUS,
             Terminated,
             terminate_on_sigterm,

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, Self
 
 from executionkit import PatternResult, Step, TokenUsage, Workflow, current_step
 from executionkit._cli._location import parse_location
-from executionkit._serve import App, start_server
-from executionkit._serve._answers import Resumer, Tracker
-from executionkit._serve._runs import Source
+from executionkit._cli._serve import App, start_server
+from executionkit._cli._serve._answers import Resumer, Tracker
+from executionkit._cli._serve._runs import Source
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

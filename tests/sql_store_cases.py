@@ -16,7 +16,7 @@ from executionkit import (
     WorkflowCheckpoint,
     WorkflowFailed,
 )
-from executionkit._step_context import current_step
+from executionkit._run._step_context import current_step
 from executionkit.stores import PostgresStore, SQLiteStore, StaleCheckpointError
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from executionkit import StaleCheckpointError, Step, Workflow, WorkflowCheckpoin
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from executionkit._options import CheckpointEvery, Schedule
+    from executionkit._define._options import CheckpointEvery, Schedule
 
 SCHEDULES = ["batch", "eager"]
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-import executionkit._questions as questions
+import executionkit._define._questions as questions
 from executionkit import (
     CheckpointValueError,
     PatternResult,

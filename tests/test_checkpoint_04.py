@@ -24,7 +24,7 @@ from executionkit import (
     WorkflowCheckpoint,
     current_step,
 )
-from executionkit._checkpoint import FORMAT_VERSION
+from executionkit._checkpoint._value import FORMAT_VERSION
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import pytest
 from cli_runner import Outcome, run_subprocess
 
-import executionkit._questions as questions
+import executionkit._define._questions as questions
 from executionkit import TokenUsage, WorkflowCheckpoint
 from executionkit._cli import EXIT_SUSPENDED, main
 from executionkit._cli._location import parse_location

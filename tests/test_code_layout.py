@@ -8,7 +8,7 @@ written in backticks is checked against the code:
 - ``Class.member`` (``Run.ended``, ``Record.snapshot()``): a class of that name
   in some executionkit module has that method or attribute (instance attributes
   set in ``__init__`` count);
-- ``module.name`` of executionkit (``_map.drive``, ``executionkit._runner.Run``):
+- ``module.name`` of executionkit (``_map.drive``, ``executionkit._run._runner.Run``):
   the module has it;
 - a private name alone (``_exit``, ``_Driver``): something of executionkit has it;
 - a class name alone (``Attempts``): a class of executionkit, or of the standard
@@ -349,20 +349,20 @@ def test_the_checker_finds_names_that_do_not_exist() -> None:
     """Gone methods, modules, classes, files and method counts are reported; real ones are not."""
     text = (
         "`Run.ended` `Record.land_item` `Record.snapshot()` `_map.drive` `_Driver._one` "
-        "`executionkit._runner.Run` `Running.count` `asyncio.Task` `self._exit` `_exit` "
-        "`KeyboardInterrupt` `_runner.py` `stores/_sqlite.py` `tests/cancel_harness.py` "
-        "three-method `Landing`; `Items.add` (`_state_items.py`)"
+        "`executionkit._run._runner.Run` `Running.count` `asyncio.Task` `self._exit` `_exit` "
+        "`KeyboardInterrupt` `_run/_runner.py` `stores/_sqlite.py` `tests/cancel_harness.py` "
+        "three-method `Landing`; `Items.add` (`_record/_items.py`)"
     )
     assert missing_names(text) == []
     gone = (
         "`Attempts.run` `Kinds.landed_item` `_kinds.Kinds` `Run.landed_result` "
         "`_cancel_running` `Recorder` `_kinds.py` four-method `Landing`; "
-        "`Record.land` (`_runner.py`)"
+        "`Record.land` (`_run/_runner.py`)"
     )
     assert missing_names(gone) == [
         "`Attempts.run`: no such class member or module name",
         "`Kinds.landed_item`: no such class member or module name",
-        "`Record` (`_runner.py`): not defined in that file",
+        "`Record` (`_run/_runner.py`): not defined in that file",
         "`Recorder`: no class of this name",
         "`Run.landed_result`: no such class member or module name",
         "`_cancel_running`: nothing of executionkit has this name",

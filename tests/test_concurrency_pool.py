@@ -20,7 +20,7 @@ import pytest
 from executionkit import Step, Workflow
 
 if TYPE_CHECKING:
-    from executionkit._options import Schedule
+    from executionkit._define._options import Schedule
 
 SCHEDULES: list[Schedule] = ["batch", "eager"]
 

@@ -17,8 +17,8 @@ from executionkit import (
     WorkflowCheckpoint,
     WorkflowFailed,
 )
-from executionkit._context import ContextView
-from executionkit._graph import Graph
+from executionkit._define._context import ContextView
+from executionkit._define._graph import Graph
 
 INITIAL = {"model": "m-1", "api_key": "s3cret-value"}
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from executionkit import Step, TokenUsage, Workflow, WorkflowCheckpoint, WorkflowFailed
-from executionkit._checkpoint import FORMAT_VERSION
+from executionkit._checkpoint._value import FORMAT_VERSION
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

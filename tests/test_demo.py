@@ -14,7 +14,7 @@ import pytest
 
 from executionkit import TokenUsage, WorkflowCheckpoint
 from executionkit._cli import main
-from executionkit._demo import CALLS, run_demo
+from executionkit._cli._demo import CALLS, run_demo
 
 if TYPE_CHECKING:
     from pathlib import Path

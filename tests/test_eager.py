@@ -34,7 +34,7 @@ from executionkit import (
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Mapping
 
-    from executionkit._options import OnError, Schedule
+    from executionkit._define._options import OnError, Schedule
 
 SCHEDULES: tuple[Schedule, ...] = ("batch", "eager")
 LIMIT = 5  # seconds: how long any single wait may take before the test fails

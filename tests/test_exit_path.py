@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from executionkit import Step, Workflow, WorkflowCheckpoint, _map, _runner, _running, current_step
+from executionkit import Step, Workflow, WorkflowCheckpoint, current_step
+from executionkit._run import _map, _runner, _running
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Mapping

@@ -34,7 +34,7 @@ from executionkit import (
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from executionkit._options import OnError
+    from executionkit._define._options import OnError
 
 MODES: tuple[OnError, ...] = ("finish", "cancel", "continue")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from executionkit import WorkflowCheckpoint
-from executionkit._checkpoint import FORMAT_VERSION
+from executionkit._checkpoint._value import FORMAT_VERSION
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "checkpoints"
 sys.path.insert(0, str(FIXTURES))

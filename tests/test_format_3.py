@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from executionkit import CheckpointFormatError, TokenUsage, WorkflowCheckpoint
-from executionkit._checkpoint import FORMAT_VERSION
+from executionkit._checkpoint._value import FORMAT_VERSION
 from executionkit.stores import JsonFileStore, JsonLinesStore, PostgresStore, SQLiteStore
 
 if TYPE_CHECKING:

@@ -26,10 +26,10 @@ from hypothesis import strategies as st
 from test_conformance import AppendsNewOutputs, pairs
 
 from executionkit import Step, TokenUsage, Workflow, WorkflowCheckpoint
-from executionkit._checkpoint import FORMAT_VERSION
+from executionkit._checkpoint._ledger import OUTCOMES
+from executionkit._checkpoint._value import FORMAT_VERSION
 from executionkit._errors import WorkflowFailed
-from executionkit._ledger import OUTCOMES
-from executionkit._step_context import current_step
+from executionkit._run._step_context import current_step
 from executionkit.conformance import StoreConformanceError, check_store
 from executionkit.stores import JsonFileStore, JsonLinesStore, PostgresStore, SQLiteStore
 

@@ -19,8 +19,8 @@ from executionkit import (
     WorkflowCheckpoint,
     WorkflowDefinitionError,
 )
-from executionkit._frontier import Frontier
-from executionkit._graph import Graph
+from executionkit._define._frontier import Frontier
+from executionkit._define._graph import Graph
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping

@@ -21,7 +21,7 @@ from executionkit import Step, Workflow, WorkflowCheckpoint
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from executionkit._options import CheckpointEvery, Schedule
+    from executionkit._define._options import CheckpointEvery, Schedule
 
 
 def saver(log: list[str], *, async_: bool) -> Callable[[WorkflowCheckpoint], Any]:

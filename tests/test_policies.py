@@ -5,7 +5,7 @@ schedule, whether a step failed, whether the budget is reached, whether the run
 is stopping, and its concurrency `Slots`, it says whether a batch may begin, a
 step may start, a map item may start, and whether the run waits for a slot that
 other work holds. The expected answers are those of the runner before the one
-pool (``git show 330f0c9^:executionkit/_runner.py``: ``_may_begin_batch``,
+pool (``git show 330f0c9^:executionkit/_run/_runner.py``: ``_may_begin_batch``,
 ``_may_start``, ``may_start_item``; ``_map.py``: ``_Driver._may_start``), where
 a limit then counted the run's own running steps, plus the rule of decision
 0009 for waiting: a run that may start work but finds every slot held by other
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Literal, TypeVar, get_args
 
 import pytest
 
-from executionkit._options import OnError, Schedule
-from executionkit._policies import FailureMeans, Policies, Slots
+from executionkit._define._options import OnError, Schedule
+from executionkit._run._policies import FailureMeans, Policies, Slots
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -1,7 +1,7 @@
 """The console progress reporter and `Step.ask`: waiting for answers, answered, suspended.
 
 A fake clock moves on by a fixed amount before each event, so elapsed times and
-durations are exact; the library's clock (``executionkit._questions.utc_now``) is
+durations are exact; the library's clock (``executionkit._define._questions.utc_now``) is
 fixed too, so deadlines are. A suspended run ends with a line of its own, never
 one that says it failed.
 """
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-import executionkit._questions as questions
+import executionkit._define._questions as questions
 from executionkit import PatternResult, Step, TokenUsage, Workflow, WorkflowCheckpoint
 from executionkit import events as ev
 from executionkit.progress import ConsoleProgress

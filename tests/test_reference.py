@@ -10,7 +10,7 @@
   list their fields.
 - The package version the reference states is the installed one and
   pyproject's, the format version it says is written is
-  `executionkit._checkpoint.FORMAT_VERSION`, and it names no other version of
+  `executionkit._checkpoint._value.FORMAT_VERSION`, and it names no other version of
   the package.
 
 A parameter added to the code without its documentation fails here. The
@@ -43,7 +43,7 @@ from executionkit import (
     WorkflowResult,
     current_step,
 )
-from executionkit._checkpoint import FORMAT_VERSION
+from executionkit._checkpoint._value import FORMAT_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")

@@ -30,7 +30,7 @@ from executionkit import (
     WorkflowFailed,
     WorkflowResult,
 )
-from executionkit._checkpoint import FORMAT_VERSION
+from executionkit._checkpoint._value import FORMAT_VERSION
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping

@@ -21,10 +21,10 @@ from executionkit import (
     WorkflowDefinitionError,
     WorkflowFailed,
     WorkflowResult,
-    _attempt,
     current_step,
 )
-from executionkit._step import retry_wait
+from executionkit._define._step import retry_wait
+from executionkit._run import _attempt
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Mapping

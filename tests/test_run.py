@@ -25,7 +25,7 @@ from executionkit import (
     WorkflowCheckpoint,
     WorkflowFailed,
 )
-from executionkit._checkpoint import FORMAT_VERSION
+from executionkit._checkpoint._value import FORMAT_VERSION
 
 if TYPE_CHECKING:
     from pathlib import Path

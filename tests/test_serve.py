@@ -34,9 +34,9 @@ from executionkit import (
     current_step,
 )
 from executionkit._cli import main
-from executionkit._serve import allowed_hosts
-from executionkit._serve._runs import StepLedger, StepView, ledger_by_step
-from executionkit._serve._svg import levels
+from executionkit._cli._serve import allowed_hosts
+from executionkit._cli._serve._runs import StepLedger, StepView, ledger_by_step
+from executionkit._cli._serve._svg import levels
 from executionkit.stores import JsonFileStore, JsonLinesStore, PostgresStore, SQLiteStore
 
 if TYPE_CHECKING:
@@ -494,9 +494,9 @@ def test_allowed_hosts_and_levels() -> None:
 
 def test_the_module_is_importable_by_path() -> None:
     """The assets ship inside the package."""
-    assets = resources.files("executionkit._serve").joinpath("assets")
+    assets = resources.files("executionkit._cli._serve").joinpath("assets")
     assert {item.name for item in assets.iterdir()} >= {"serve.css", "serve.js"}
-    assert (ROOT / "executionkit" / "_serve" / "assets" / "serve.js").exists()
+    assert (ROOT / "executionkit" / "_cli" / "_serve" / "assets" / "serve.js").exists()
 
 
 def test_a_map_of_sub_workflows_links_each_item_in_progress(tmp_path: Path) -> None:
@@ -612,7 +612,7 @@ def test_the_command_in_this_process_stops_on_a_signal(
     Also when the kernel hands the signal to a thread other than the main one,
     which does not interrupt the main thread's wait by itself.
     """
-    import executionkit._serve as serve  # noqa: PLC0415 - patched here, in this test alone
+    import executionkit._cli._serve as serve  # noqa: PLC0415 - patched here, in this test alone
 
     listening = threading.Event()
     said: list[str] = []

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from executionkit import CheckpointFormatError, Step, TokenUsage, Workflow, WorkflowCheckpoint
-from executionkit._step_context import current_step
+from executionkit._run._step_context import current_step
 from executionkit.stores import (
     PostgresStore,
     SQLiteStore,

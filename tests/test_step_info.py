@@ -10,7 +10,7 @@ from types import MappingProxyType
 import pytest
 
 from executionkit import Step, Workflow, WorkflowCheckpoint
-from executionkit._step_info import StepInfo
+from executionkit._checkpoint._step_info import StepInfo
 
 
 def test_a_plain_steps_entry_is_its_two_fields() -> None:

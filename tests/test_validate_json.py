@@ -31,7 +31,7 @@ from executionkit import (
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from executionkit._options import OnError
+    from executionkit._define._options import OnError
 
 HINT = (
     "checkpoints hold plain data only: dict with str keys, list, str, int, finite float, "

@@ -62,7 +62,7 @@ __all__ = [
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from executionkit._serve import serve_command  # noqa: PLC0415 - keep CLI start-up light
+    from executionkit._cli._serve import serve_command  # noqa: PLC0415 - keep CLI start-up light
 
     return serve_command(args)
 
@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "demo":
-            from executionkit._demo import run_demo  # noqa: PLC0415 - keep CLI start-up light
+            from executionkit._cli._demo import run_demo  # noqa: PLC0415 - keep CLI start-up light
 
             return run_demo(delay=not args.no_delay, command=invocation())
         command = _COMMANDS[args.command]

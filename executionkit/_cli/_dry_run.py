@@ -11,9 +11,9 @@ from executionkit._terminal import show
 if TYPE_CHECKING:
     import argparse
 
-    from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._checkpoint._value import WorkflowCheckpoint
     from executionkit._cli._questions import GivenAnswers
-    from executionkit._plan import ResumePlan
+    from executionkit._run._plan import ResumePlan
     from executionkit._workflow import Workflow
 
 

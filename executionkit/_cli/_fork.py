@@ -25,7 +25,7 @@ from executionkit._terminal import one_line, show
 if TYPE_CHECKING:
     import argparse
 
-    from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._checkpoint._value import WorkflowCheckpoint
     from executionkit._cli._location import Location
 
 # The library's messages name fork()'s arguments; on the command line they name flags.

@@ -9,16 +9,16 @@ from executionkit._cli._load import load_workflow
 from executionkit._cli._location import DatabaseLocation, parse_location
 from executionkit._cli._maps import map_sources, unfinished_maps
 from executionkit._cli._text import out, say
-from executionkit._conditions import condition_name
-from executionkit._questions import split_path, waiting_in
+from executionkit._define._conditions import condition_name
+from executionkit._define._questions import split_path, waiting_in
 from executionkit._terminal import one_line, show
 
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Mapping
 
-    from executionkit._checkpoint import WorkflowCheckpoint
-    from executionkit._step import Step
+    from executionkit._checkpoint._value import WorkflowCheckpoint
+    from executionkit._define._step import Step
     from executionkit._workflow import Workflow
 
 _MERMAID_STYLES = (
@@ -40,7 +40,7 @@ _OPTIONAL_STATES = ("skipped", "waiting")  # styled only in graphs that have suc
 
 def graph_command(args: argparse.Namespace) -> int:
     """Print ``args.workflow``'s graph, steps marked from ``args.checkpoint`` if given."""
-    from executionkit._checkpoint import LEGACY_VERSION  # noqa: PLC0415
+    from executionkit._checkpoint._value import LEGACY_VERSION  # noqa: PLC0415
 
     checkpoint = None
     if args.checkpoint is not None:
@@ -76,7 +76,7 @@ def item_notes(workflow: Workflow, checkpoint: WorkflowCheckpoint) -> dict[str, 
 
 def _labels(workflow: Workflow, notes: Mapping[str, str] | None) -> list[list[str]]:
     """The lines of each step's label: its name, ``[map over X]`` or ``[ask]``, then its note."""
-    from executionkit._step_kinds import AskStep  # noqa: PLC0415 - only the commands that draw
+    from executionkit._define._step_kinds import AskStep  # noqa: PLC0415 - only the commands that draw
 
     maps = map_sources(workflow)
     labels = []

@@ -10,21 +10,21 @@ import dataclasses
 import shlex
 from typing import TYPE_CHECKING, Any
 
-from executionkit._checkpoint_v4 import lineage_dict
+from executionkit._checkpoint._lineage import lineage_dict
 from executionkit._cli._exits import EXIT_OK, CliError
 from executionkit._cli._load import load_workflow
 from executionkit._cli._location import PASSWORD, DatabaseLocation, FileLocation, parse_location
 from executionkit._cli._maps import failed_items, items_text, recorded_steps, unfinished_maps
 from executionkit._cli._questions import expired, now, question_block
 from executionkit._cli._text import invocation, json_document, out, preview
-from executionkit._questions import waiting_in
+from executionkit._define._questions import waiting_in
 from executionkit._terminal import one_line, show
 
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Mapping
 
-    from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._checkpoint._value import WorkflowCheckpoint
     from executionkit._cli._location import Location
     from executionkit._types import TokenUsage
     from executionkit._workflow import Workflow
@@ -194,7 +194,7 @@ def _claimed_by(location: Location) -> dict[str, Any] | None:
 
 def _owner_text(summary: Mapping[str, Any]) -> str:
     """``process 1234 on host 'worker-1' since ...``, naming its run if not the one shown."""
-    from executionkit._ownership import RunOwner  # noqa: PLC0415 - imports socket
+    from executionkit._run._ownership import RunOwner  # noqa: PLC0415 - imports socket
 
     owner = RunOwner.from_dict(summary["claimed_by"])
     if owner is None:  # never: inspect wrote it with to_dict

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from pathlib import Path
 
-    from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._checkpoint._value import WorkflowCheckpoint
     from executionkit._workflow import Workflow
 
 
@@ -87,7 +87,7 @@ def load_checkpoint(path: Path, *, missing_ok: bool) -> WorkflowCheckpoint | Non
     Read here rather than through `JsonFileStore.load`, so that a file the store
     would block on (a FIFO) or choke on (JSON nested too deeply) is bad input too.
     """
-    from executionkit._checkpoint import WorkflowCheckpoint  # noqa: PLC0415
+    from executionkit._checkpoint._value import WorkflowCheckpoint  # noqa: PLC0415
 
     data = _read_regular_file(path, str(path))
     if data is None:

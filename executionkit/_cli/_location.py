@@ -34,8 +34,8 @@ from executionkit._cli._text import error_text
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from executionkit._checkpoint import WorkflowCheckpoint
-    from executionkit._ownership import RunOwner
+    from executionkit._checkpoint._value import WorkflowCheckpoint
+    from executionkit._run._ownership import RunOwner
     from executionkit.stores import CheckpointInfo, JsonLinesStore
 
 _SCHEMES = ("sqlite", "postgresql", "postgres")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from executionkit._types import TokenUsage
 
 if TYPE_CHECKING:
-    from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._checkpoint._value import WorkflowCheckpoint
     from executionkit._workflow import Workflow
 
 
@@ -79,7 +79,7 @@ def recorded_steps(checkpoint: WorkflowCheckpoint, workflow: Workflow | None) ->
     workflow, only its steps count; without it, an ExecutionKit 0.4 checkpoint
     counts its ``step_index`` (its outputs held the initial context too).
     """
-    from executionkit._checkpoint import LEGACY_VERSION  # noqa: PLC0415
+    from executionkit._checkpoint._value import LEGACY_VERSION  # noqa: PLC0415
 
     if workflow is None and checkpoint.version == LEGACY_VERSION:
         return checkpoint.step_index
@@ -109,7 +109,7 @@ def failed_items(checkpoint: WorkflowCheckpoint) -> dict[str, dict[str, dict[str
 
 def map_sources(workflow: Workflow) -> dict[str, str]:
     """Each map step of ``workflow`` and the step or input its items come from (``over``)."""
-    from executionkit._step_kinds import MapStep  # noqa: PLC0415 - only the commands that draw maps
+    from executionkit._define._step_kinds import MapStep  # noqa: PLC0415 - only the commands that draw maps
 
     return {step.name: step.over for step in workflow.steps if isinstance(step, MapStep)}
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from executionkit._cli._exits import CliError
 from executionkit._cli._load import parse_json, read_json_object
-from executionkit._questions import split_path
+from executionkit._define._questions import split_path
 from executionkit._terminal import json_text, one_line, show
 
 if TYPE_CHECKING:
@@ -180,6 +180,6 @@ def pending_lines(pending: Mapping[str, Mapping[str, Any]], now: datetime) -> li
 
 def now() -> datetime:
     """The time questions are said to have expired at: the library's own clock."""
-    from executionkit._questions import utc_now  # noqa: PLC0415
+    from executionkit._define._questions import utc_now  # noqa: PLC0415
 
     return utc_now()

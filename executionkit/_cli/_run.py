@@ -22,7 +22,7 @@ from executionkit._cli._location import DatabaseLocation, parse_location
 from executionkit._cli._maps import recorded_steps, unfinished_maps
 from executionkit._cli._questions import GivenAnswers, now, pending_lines
 from executionkit._cli._text import error_text, json_document, out, say
-from executionkit._questions import waiting_in
+from executionkit._define._questions import waiting_in
 from executionkit._terminal import show
 
 if TYPE_CHECKING:
@@ -30,9 +30,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from contextlib import AbstractContextManager
 
-    from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._checkpoint._value import WorkflowCheckpoint
     from executionkit._errors import RunClaimedError, StaleCheckpointError
-    from executionkit._result import WorkflowResult
+    from executionkit._record._result import WorkflowResult
     from executionkit._workflow import Workflow
     from executionkit.events import Event
 
@@ -297,7 +297,7 @@ def _suspended(
 
 def _say_discarded(workflow: Workflow, resume: WorkflowCheckpoint, label: str | None) -> None:
     """Say which recorded steps ``--discard-unknown-steps`` drops, if any."""
-    from executionkit._checkpoint import LEGACY_VERSION  # noqa: PLC0415
+    from executionkit._checkpoint._value import LEGACY_VERSION  # noqa: PLC0415
 
     if resume.version == LEGACY_VERSION:  # 0.4 kept the inputs there: they are not steps
         return

@@ -8,7 +8,7 @@ import json
 import threading
 from typing import TYPE_CHECKING, Any
 
-from executionkit._checkpoint import WorkflowCheckpoint
+from executionkit._checkpoint._value import WorkflowCheckpoint
 from executionkit.conformance._claims import check_claims
 from executionkit.conformance._names import (
     CONCURRENT_WRITERS,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TypeAlias
 
-from executionkit._checkpoint import WorkflowCheckpoint
+from executionkit._checkpoint._value import WorkflowCheckpoint
 
 RUN_ID = "executionkit-conformance"
 """The ``run_id`` of every checkpoint the kit saves."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from executionkit._checkpoint import WorkflowCheckpoint
+from executionkit._checkpoint._value import WorkflowCheckpoint
 
 _PREVIEW_CHARS = 80
 # Most telling first: what was recorded, then what format 3 records of steps without an

@@ -8,10 +8,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from executionkit._checkpoint import WorkflowCheckpoint
+from executionkit._checkpoint._value import WorkflowCheckpoint
+from executionkit._define._step import Step
 from executionkit._errors import WorkflowFailed
-from executionkit._step import Step
-from executionkit._step_context import current_step
+from executionkit._run._step_context import current_step
 from executionkit._types import PatternResult, TokenUsage
 from executionkit._workflow import Workflow
 from executionkit.conformance._names import RUN_ID
@@ -292,7 +292,7 @@ class CountedRows(list[Any]):
     """A run's ledger rows that count how many a store reads, other than by holding them.
 
     A checkpoint a run took reads its ``ledger`` and ``new_ledger`` as slices of
-    the run's rows (see ``executionkit._checkpoint``), so each slice counts the
+    the run's rows (see ``executionkit._checkpoint._value``), so each slice counts the
     rows it copies: reading ``ledger`` copies them all, ``new_ledger`` the new ones.
     """
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from executionkit._checkpoint import WorkflowCheckpoint
+from executionkit._checkpoint._value import WorkflowCheckpoint
 from executionkit._errors import CheckpointFormatError, StaleCheckpointError
 from executionkit.stores._unstorable import unstorable
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from executionkit._ledger import LedgerEntry
+    from executionkit._checkpoint._ledger import LedgerEntry
 
 
 # One encoder for every call: json.dumps makes a new one whenever an option is given, a
@@ -86,7 +86,7 @@ def ledger_length(checkpoint: WorkflowCheckpoint) -> int:
     """How many rows ``checkpoint.ledger`` holds, in O(1) for a checkpoint a run took.
 
     Reading ``ledger`` of such a checkpoint copies the run's rows; its ``_rows``
-    (see ``executionkit._checkpoint.SharedFields``) counts them without that.
+    (see ``executionkit._checkpoint._value.SharedFields``) counts them without that.
     """
     fields = vars(checkpoint)
     if "ledger" not in fields and type(fields.get("_rows")) is int:

@@ -18,7 +18,7 @@ from executionkit._errors import ExecutionKitError
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._checkpoint._value import WorkflowCheckpoint
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,8 @@ from executionkit.stores._common import encode, loads, rebuilt, same_json, stale
 from executionkit.stores._files import FileId, fsync_folder, path_id, read_bytes, write_all
 
 if TYPE_CHECKING:
-    from executionkit._checkpoint import WorkflowCheckpoint
-    from executionkit._ownership import RunOwner
+    from executionkit._checkpoint._value import WorkflowCheckpoint
+    from executionkit._run._ownership import RunOwner
 
 
 class JsonFileStore:

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from executionkit._checkpoint import FORMAT_VERSION, WorkflowCheckpoint
-from executionkit._checkpoint_v4 import lineage_dict
+from executionkit._checkpoint._lineage import lineage_dict
+from executionkit._checkpoint._value import FORMAT_VERSION, WorkflowCheckpoint
 from executionkit._errors import CheckpointFormatError, CheckpointValueError
 from executionkit.stores._claims import claimed, lock_owner
 from executionkit.stores._common import (
@@ -53,8 +53,8 @@ from executionkit.stores._unstorable import unstorable
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from executionkit._ledger import LedgerEntry
-    from executionkit._ownership import RunOwner
+    from executionkit._checkpoint._ledger import LedgerEntry
+    from executionkit._run._ownership import RunOwner
 
 
 @dataclass

@@ -6,8 +6,8 @@ import dataclasses
 import reprlib
 from typing import TYPE_CHECKING, Any
 
-from executionkit._checkpoint import FORMAT_VERSION, WorkflowCheckpoint, trusted_checkpoint
-from executionkit._checkpoint_fields import KEYS_BY_VERSION
+from executionkit._checkpoint._fields import KEYS_BY_VERSION
+from executionkit._checkpoint._value import FORMAT_VERSION, WorkflowCheckpoint, trusted_checkpoint
 from executionkit._errors import CheckpointFormatError
 from executionkit._types import TokenUsage
 from executionkit.stores._common import rebuilt

@@ -59,7 +59,7 @@ from executionkit.stores._sql_schema import (
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._checkpoint._value import WorkflowCheckpoint
 
 SCHEMA_VERSION = 4
 # The schema versions this store reads; a write upgrades the ones before (2, without the

@@ -15,7 +15,7 @@ import json
 import reprlib
 from typing import TYPE_CHECKING, Any
 
-from executionkit._checkpoint import WorkflowCheckpoint, trusted_checkpoint
+from executionkit._checkpoint._value import WorkflowCheckpoint, trusted_checkpoint
 from executionkit._errors import CheckpointFormatError
 from executionkit.stores._common import dumps, ledger_length, loads, rebuilt
 from executionkit.stores._lines_format import unfinished

@@ -26,7 +26,7 @@ from executionkit.stores._sql_schema import ALL_ROWS, HEADERS
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._checkpoint._value import WorkflowCheckpoint
     from executionkit.stores._sql import SqlCheckpoints
     from executionkit.stores._sql_schema import Database
 

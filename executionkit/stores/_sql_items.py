@@ -23,7 +23,7 @@ from executionkit.stores._unstorable import unstorable
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
 
-    from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._checkpoint._value import WorkflowCheckpoint
     from executionkit.stores._sql_schema import Database
 
 

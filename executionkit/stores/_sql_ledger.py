@@ -21,8 +21,8 @@ from executionkit.stores._common import ledger_prefix, next_ledger_rows
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-    from executionkit._checkpoint import WorkflowCheckpoint
-    from executionkit._ledger import LedgerEntry
+    from executionkit._checkpoint._ledger import LedgerEntry
+    from executionkit._checkpoint._value import WorkflowCheckpoint
     from executionkit.stores._sql_schema import Database
 
 _VALUES = "step, item, attempt, outcome, model, input_tokens, output_tokens, llm_calls"
@@ -125,7 +125,7 @@ class LedgerRows:
 
     def _entry(self, run_id: str, values: Sequence[object]) -> object:
         """A live row as the `LedgerEntry` it stores, or its raw values if it is no valid one."""
-        from executionkit._checkpoint_v4 import read_ledger  # noqa: PLC0415 - the row's checks
+        from executionkit._checkpoint._lineage import read_ledger  # noqa: PLC0415 - the row's checks
 
         try:
             return read_ledger([list(values)], 4)[0]

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from executionkit._checkpoint import WorkflowCheckpoint
+from executionkit._checkpoint._value import WorkflowCheckpoint
 from executionkit.stores._common import next_ledger_rows
 from executionkit.stores._sql_items import ADD_ITEM, DROP_MAP, FORGET_DROPPED_ITEMS
 from executionkit.stores._sql_ledger import ADD_LEDGER

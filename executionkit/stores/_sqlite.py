@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     import sqlite3
     from collections.abc import Iterator
 
-    from executionkit._checkpoint import WorkflowCheckpoint
-    from executionkit._ownership import RunOwner
+    from executionkit._checkpoint._value import WorkflowCheckpoint
+    from executionkit._run._ownership import RunOwner
     from executionkit.stores._history import CheckpointInfo
     from executionkit.stores._sql_next import Known, NextSave
 

@@ -15,7 +15,7 @@ from executionkit._errors import CheckpointValueError
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 
-    from executionkit._checkpoint import WorkflowCheckpoint
+    from executionkit._checkpoint._value import WorkflowCheckpoint
 
 _DATA_HINT = (
     "stores write JSON, so steps must return dicts, lists, str, int, finite float, bool or "

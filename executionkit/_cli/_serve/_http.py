@@ -1,0 +1,207 @@
+"""The HTTP side: routes, the checks every request passes, and the headers every answer has.
+
+- ``GET /``: the runs, 50 a page (``?page=N``); ``GET /run?id=ID``: one run
+  (``&child=PATH``: a sub-workflow in progress); ``GET /output?id=ID&step=NAME``:
+  one output whole, as JSON text. ``&live=1`` on the first two gives what the
+  page's script polls: ``{"live": bool, "html": main}``.
+- ``POST /answer``: answers a question (fields ``token``, ``run``, ``path``, ``value``).
+- A request whose ``Host`` header is not the address served is refused (DNS
+  rebinding); a POST without the server's token is refused; read-only mode
+  refuses every POST.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import math
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+from executionkit._cli._exits import CliError
+from executionkit._cli._questions import flag_value
+from executionkit._cli._serve._html import document, message_main
+from executionkit._cli._serve._runs import Unreadable
+from executionkit._cli._text import error_text, say
+
+if TYPE_CHECKING:
+    from executionkit._cli._serve._app import App
+
+PER_PAGE = 50
+_MAX_BODY = 1 << 20
+_ASSETS = {"serve.css": "text/css; charset=utf-8", "serve.js": "text/javascript; charset=utf-8"}
+_CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; "
+    "object-src 'none'"
+)
+
+
+class Server(ThreadingHTTPServer):
+    """The HTTP server: a thread per request, the `App` it serves."""
+
+    daemon_threads = True
+    app: App
+    url: str
+
+
+class Handler(BaseHTTPRequestHandler):
+    """One request: checked, routed to the `App`, answered with the safe headers."""
+
+    server: Server
+
+    def version_string(self) -> str:
+        """The ``Server`` header: the name alone, no Python version."""
+        return "executionkit"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+        """Log nothing: the terminal shows the address served, not every request."""
+
+    def do_GET(self) -> None:
+        """Answer a page, its live state, an output or an asset."""
+        if not self._host_ok():
+            return
+        parts = urlsplit(self.path)
+        query = {
+            key: values[-1]
+            for key, values in parse_qs(parts.query, keep_blank_values=True).items()
+        }
+        app = self.server.app
+        try:
+            if parts.path == "/":
+                self._page(*app.runs_page(_page_number(query.get("page"))), query)
+            elif parts.path == "/run" and "id" in query:
+                self._page(*app.run_page(query["id"], query.get("child")), query)
+            elif parts.path == "/output" and "id" in query and "step" in query:
+                self._output(app.output(query["id"], query["step"], query.get("child")))
+            elif parts.path.startswith("/assets/"):
+                self._asset(parts.path.removeprefix("/assets/"))
+            else:
+                self._error(HTTPStatus.NOT_FOUND, "Not found", f"nothing at {parts.path}")
+        except Unreadable as exc:
+            self._error(HTTPStatus.INTERNAL_SERVER_ERROR, "Cannot read the location", str(exc))
+        except LookupError as exc:
+            self._error(HTTPStatus.NOT_FOUND, "Not found", str(exc.args[0]))
+        except Exception as exc:  # noqa: BLE001 - a bug of ours or a store's: a page, a line
+            say(f"{parts.path}: {error_text(exc)}")
+            self._error(HTTPStatus.INTERNAL_SERVER_ERROR, "Server error", error_text(exc))
+
+    def do_POST(self) -> None:
+        """Answer a question: checked, then the run resumed (or refused, with why)."""
+        if not self._host_ok():
+            return
+        app = self.server.app
+        length = self.headers.get("Content-Length", "")
+        if not length.isdigit() or int(length) > _MAX_BODY:
+            self._error(HTTPStatus.BAD_REQUEST, "Bad request", "a form of at most 1 MiB")
+            return
+        body = self.rfile.read(int(length)).decode("utf-8", "replace")
+        form = {key: values[-1] for key, values in parse_qs(body, keep_blank_values=True).items()}
+        if not hmac.compare_digest(form.get("token", "").encode(), app.token.encode()):
+            self._error(
+                HTTPStatus.FORBIDDEN, "Refused", "the form lacks this server's token: reload it"
+            )
+            return
+        if app.resumer is None:
+            self._error(
+                HTTPStatus.METHOD_NOT_ALLOWED,
+                "Read-only",
+                "this server is read-only: start it with --workflow MODULE:ATTR to answer "
+                "here, or answer with the command each run's page shows",
+            )
+            return
+        if urlsplit(self.path).path != "/answer" or not {"run", "path", "value"} <= form.keys():
+            self._error(HTTPStatus.NOT_FOUND, "Not found", "answers go to /answer")
+            return
+        self._answer(form["run"], form["path"], form["value"])
+
+    def _answer(self, run_id: str, path: str, text: str) -> None:
+        app = self.server.app
+        assert app.resumer is not None  # noqa: S101 - checked by do_POST
+        try:
+            value = flag_value("--answer", path, text)
+        except CliError as exc:
+            refusal: str | None = str(exc)
+        else:
+            refusal = app.resumer.answer(run_id, path, value)
+        if refusal is None:
+            self.send_response(HTTPStatus.SEE_OTHER)
+            self.send_header("Location", "/run?" + urlencode({"id": run_id}))
+            self._common_headers()
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        try:
+            main, title, _ = app.run_page(run_id, None, message=refusal)
+        except (Unreadable, LookupError):
+            main, title = message_main("Not answered", refusal), "Not answered"
+        self._send(
+            HTTPStatus.CONFLICT, "text/html; charset=utf-8", document(title, app.header, main)
+        )
+
+    def _host_ok(self) -> bool:
+        if self.headers.get("Host", "") in self.server.app.hosts:
+            return True
+        self._error(
+            HTTPStatus.MISDIRECTED_REQUEST,
+            "Wrong host",
+            "this server answers only requests addressed to the address it serves",
+        )
+        return False
+
+    def _page(self, main: str, title: str, live: bool, query: dict[str, str]) -> None:
+        if query.get("live") == "1":
+            data = json.dumps({"live": live, "html": main}).encode()
+            self._send(HTTPStatus.OK, "application/json", data)
+            return
+        url = None
+        if live:  # rebuilt from what was parsed: only ever a path on this server
+            url = f"{urlsplit(self.path).path}?{urlencode({**query, 'live': '1'})}"
+        page = document(title, self.server.app.header, main, live=url)
+        self._send(HTTPStatus.OK, "text/html; charset=utf-8", page)
+
+    def _output(self, text: str) -> None:
+        self._send(HTTPStatus.OK, "text/plain; charset=utf-8", text)
+
+    def _asset(self, name: str) -> None:
+        kind = _ASSETS.get(name)
+        if kind is None:
+            self._error(HTTPStatus.NOT_FOUND, "Not found", f"no asset {name}")
+            return
+        data = resources.files("executionkit._cli._serve").joinpath("assets", name).read_bytes()
+        self._send(HTTPStatus.OK, kind, data)
+
+    def _error(self, status: HTTPStatus, title: str, message: str) -> None:
+        extra = '<p><a href="/">all runs</a></p>'
+        page = document(title, self.server.app.header, message_main(title, message, extra))
+        self._send(status, "text/html; charset=utf-8", page)
+
+    def _send(self, status: HTTPStatus, kind: str, body: str | bytes) -> None:
+        data = body.encode() if isinstance(body, str) else body
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self._common_headers()
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _common_headers(self) -> None:
+        self.send_header("Content-Security-Policy", _CSP)
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("X-Frame-Options", "DENY")
+        self.send_header("Referrer-Policy", "no-referrer")
+        self.send_header("Cache-Control", "no-store")
+
+
+def _page_number(text: str | None) -> int:
+    if text is None or not text.isdigit():
+        return 1
+    return max(1, min(int(text), 1_000_000))
+
+
+def page_count(count: int) -> int:
+    """How many pages ``count`` runs fill, at least one."""
+    return max(1, math.ceil(count / PER_PAGE))

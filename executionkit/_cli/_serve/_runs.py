@@ -1,0 +1,375 @@
+"""What the pages show of a location: its runs, each one's status, and one run in full.
+
+A run's status is one of four words, decided in this order:
+
+- ``running``: a live process holds the run's claim (`RunOwner`, from the
+  store's ``owner``), or this server is resuming it now. Every bundled store
+  claims a run while it runs, so a run in progress anywhere is seen here.
+- ``failed``: no one runs it and its latest checkpoint records a failed step;
+  or, when the workflow is known, it records neither every step nor a
+  question: it stopped before its end (interrupted, or its process killed).
+- ``waiting``: no one runs it and questions wait for an answer.
+- ``finished``: none of the above. Without the workflow the page cannot tell a
+  run that stopped early from one that ended, and says ``finished``.
+
+The store is opened anew for each request and closed after it (`Source.reading`):
+a store keeps a connection per thread, and the server runs each request in a
+thread of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from executionkit._cli._exits import CliError
+from executionkit._cli._location import DatabaseLocation, FileLocation
+from executionkit._cli._maps import failed_items, recorded_steps, unfinished_maps
+from executionkit._cli._text import error_text
+from executionkit._define._questions import split_path, waiting_in
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator, Mapping  # noqa: TC004 - dataclass annotations stay strings
+
+    from executionkit._checkpoint._value import WorkflowCheckpoint
+    from executionkit._cli._location import Location  # noqa: TC004 - dataclass annotations stay strings
+    from executionkit._run._ownership import RunOwner
+    from executionkit._workflow import Workflow  # noqa: TC004 - dataclass annotations stay strings
+
+STATUSES = ("running", "waiting", "failed", "finished")
+
+
+class Unreadable(Exception):  # noqa: N818 - a page's message, not an error of the library
+    """The location could not be read: the message says why, naming it."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    """One run on the runs page."""
+
+    run_id: str
+    status: str
+    done: int
+    total: int | None
+    tokens: int
+    saved_at: str | None
+    questions: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class Reader:
+    """One request's view of the location: a store opened for it, closed after it."""
+
+    location: Location
+    store: Any
+
+    def run_ids(self) -> list[str]:
+        """The runs the location holds, the most recently written first."""
+        if isinstance(self.location, FileLocation):
+            checkpoint = self._file()
+            return [] if checkpoint is None else [checkpoint.run_id or ""]
+        if self.location.run_id is not None:
+            return [self.location.run_id]
+        found: list[str] = self._call(self.store.run_ids)
+        return found
+
+    def load(self, run_id: str) -> WorkflowCheckpoint | None:
+        """The latest checkpoint of ``run_id``; None if the location holds none."""
+        if isinstance(self.location, FileLocation):
+            checkpoint = self._file()
+            if checkpoint is None or (checkpoint.run_id or "") != run_id:
+                return None
+            return checkpoint
+        found: WorkflowCheckpoint | None = self._call(lambda: self.store.load(run_id))
+        return found
+
+    def owner(self, run_id: str) -> RunOwner | None:
+        """The live process that claims ``run_id`` now, or None."""
+        owner = getattr(self.store, "owner", None)
+        if owner is None:
+            return None
+        if isinstance(self.location, FileLocation):
+            found: RunOwner | None = self._call(owner)
+        else:
+            found = self._call(lambda: owner(run_id))
+        return found
+
+    def _file(self) -> WorkflowCheckpoint | None:
+        """The checkpoint in the location's file, None if it holds none yet."""
+        assert isinstance(self.location, FileLocation)  # noqa: S101 - callers check
+        try:
+            return self.location.load(missing_ok=True)
+        except CliError as exc:
+            raise Unreadable(str(exc)) from None
+
+    def _call(self, read: Callable[[], Any]) -> Any:
+        from executionkit._errors import ExecutionKitError  # noqa: PLC0415
+
+        try:
+            return read()
+        except (ExecutionKitError, OSError, ValueError) as exc:
+            raise Unreadable(f"{self.location.label}: {error_text(exc)}") from None
+        except Exception as exc:  # a driver's own error: one line on the page
+            if type(exc).__module__.split(".")[0] not in {"sqlite3", "psycopg"}:
+                raise
+            raise Unreadable(f"{self.location.label}: {error_text(exc)}") from None
+
+
+@dataclass
+class Source:
+    """The location a server shows, the workflow if given, and the runs it resumes now."""
+
+    location: Location
+    workflow: Workflow | None
+    resuming: Callable[[str], bool] = field(default=lambda _run_id: False)
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[Reader]:
+        """A `Reader` on a store opened for this request; the store is closed after it."""
+        try:
+            store = self.open_store()
+        except CliError as exc:
+            raise Unreadable(str(exc)) from None
+        try:
+            yield Reader(self.location, store)
+        finally:
+            close = getattr(store, "close", None)
+            if callable(close):
+                close()
+
+    def open_store(self) -> Any:
+        """A new store on the location (the resumes write through one of their own)."""
+        if isinstance(self.location, DatabaseLocation):
+            return self.location.store()
+        return self.location.writer("serve")
+
+    def status(self, reader: Reader, run_id: str, checkpoint: WorkflowCheckpoint) -> str:
+        """``running``, ``waiting``, ``failed`` or ``finished``: see the module's docstring."""
+        if self.resuming(run_id) or reader.owner(run_id) is not None:
+            return "running"
+        if checkpoint.errors:
+            return "failed"
+        if waiting_in(checkpoint):
+            return "waiting"
+        if (
+            self.workflow is not None
+            and checkpoint.version != 0
+            and recorded_steps(checkpoint, self.workflow) < len(self.workflow.steps)
+        ):
+            return "failed"
+        return "finished"
+
+    def rows(self, reader: Reader, run_ids: list[str]) -> list[RunRow]:
+        """A `RunRow` for each of ``run_ids`` that still has a checkpoint."""
+        rows = []
+        total = None if self.workflow is None else len(self.workflow.steps)
+        for run_id in run_ids:
+            checkpoint = reader.load(run_id)
+            if checkpoint is None:
+                continue
+            cost = checkpoint.cost
+            rows.append(
+                RunRow(
+                    run_id,
+                    self.status(reader, run_id, checkpoint),
+                    recorded_steps(checkpoint, self.workflow),
+                    total,
+                    cost.input_tokens + cost.output_tokens,
+                    checkpoint.created_at,
+                    tuple(waiting_in(checkpoint)),
+                )
+            )
+        return rows
+
+
+@dataclass(slots=True)
+class StepLedger:
+    """What a checkpoint's ledger holds of one step: its tokens, those wasted, its attempts.
+
+    ``attempts`` is 0 when no row is the step's own (a sub-workflow's rows are its steps').
+    """
+
+    tokens: int = 0
+    wasted: int = 0
+    attempts: int = 0
+
+
+def ledger_by_step(checkpoint: WorkflowCheckpoint, names: Iterable[str]) -> dict[str, StepLedger]:
+    """The ledger's rows summed by step of ``names``, in one pass (a map has a row per item).
+
+    A sub-workflow's rows (``research/search``) count for its step (``research``).
+    """
+    from executionkit._checkpoint._ledger import WASTED  # noqa: PLC0415
+
+    steps = set(names)
+    found: dict[str, StepLedger] = {}
+    for row in checkpoint.ledger:
+        step = row.step if row.step in steps else row.step.split("/", 1)[0]
+        entry = found.get(step)
+        if entry is None:
+            entry = found[step] = StepLedger()
+        tokens = row.usage.input_tokens + row.usage.output_tokens
+        entry.tokens += tokens
+        if row.outcome in WASTED:
+            entry.wasted += tokens
+        if row.step == step:  # a sub-workflow's rows count the attempts of its own steps
+            entry.attempts = max(entry.attempts, row.attempt)
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class MapView:
+    """How far one map has come: items recorded of the total, and the failed keys."""
+
+    recorded: int
+    total: int | None
+    failed: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StepView:
+    """One step on a run's page."""
+
+    name: str
+    status: str
+    kind: str  # "step", "map", "ask" or "workflow"
+    depends_on: tuple[str, ...]
+    has_output: bool
+    output: object
+    error: str | None
+    items: MapView | None
+    child: bool  # a sub-workflow in progress, with a view of its own
+    child_items: tuple[str, ...] = ()  # the keys of a map's sub-workflows in progress
+
+
+def step_views(
+    checkpoint: WorkflowCheckpoint,
+    workflow: Workflow | None,
+    running: Mapping[str, object],
+    failed_keys: Mapping[str, list[str]],
+) -> list[StepView]:
+    """Each step of the run: the workflow's, in its order, else those the checkpoint names.
+
+    ``running`` names steps this server sees started and not ended;
+    ``failed_keys`` the failed items of maps it saw fail. The checkpoint adds the
+    failed items of maps of sub-workflows, and those its ledger saw fail (items
+    that reported usage) and that are not recorded since.
+    """
+    from executionkit._cli._graph import step_statuses  # noqa: PLC0415
+
+    kinds: dict[str, str] = {}
+    depends: dict[str, tuple[str, ...]] = {}
+    if workflow is not None:
+        names = [step.name for step in workflow.steps]
+        statuses = step_statuses(workflow, checkpoint)
+        for step in workflow.steps:
+            kinds[step.name] = _kind(step)
+            depends[step.name] = tuple(step.depends_on)
+    else:
+        waiting = {split_path(path)[0] for path in waiting_in(checkpoint)}
+        names = list(dict.fromkeys([*checkpoint.outputs, *checkpoint.skipped]))
+        names += [n for n in [*checkpoint.errors, *waiting, *checkpoint.items] if n not in names]
+        statuses = {name: _status_without(name, checkpoint, waiting) for name in names}
+        for name, info in checkpoint.step_info.items():
+            depends[name] = tuple(info.get("depends_on", ()))
+    maps = unfinished_maps(checkpoint, workflow)
+    child_failures = failed_items(checkpoint)
+    ledger_failures = _failed_in_ledger(checkpoint)
+    views = []
+    for name in names:
+        status = statuses[name]
+        if status == "pending" and name in running:
+            status = "running"
+        entry = maps.get(name)
+        failed = [
+            *failed_keys.get(name, []),
+            *child_failures.get(name, {}),
+            *ledger_failures.get(name, ()),
+        ]
+        items = None
+        if entry is not None or failed:
+            items = MapView(
+                0 if entry is None else entry.recorded,
+                None if entry is None else entry.total,
+                tuple(dict.fromkeys(failed)),
+            )
+        views.append(
+            StepView(
+                name,
+                status,
+                kinds.get(name, "map" if name in checkpoint.items else "step"),
+                depends.get(name, ()),
+                name in checkpoint.outputs,
+                checkpoint.outputs.get(name),
+                checkpoint.errors.get(name),
+                items,
+                "checkpoint" in checkpoint.children.get(name, {}),
+                tuple(checkpoint.children.get(name, {}).get("items", {})),
+            )
+        )
+    return views
+
+
+def _failed_in_ledger(checkpoint: WorkflowCheckpoint) -> dict[str, dict[str, None]]:
+    """Each unfinished map's items whose last attempt in the ledger failed or timed out."""
+    found: dict[str, dict[str, None]] = {}
+    for row in checkpoint.ledger:
+        if row.item is None or row.step not in checkpoint.items:
+            continue
+        keys = found.setdefault(row.step, {})
+        if row.outcome in {"failed", "timeout"}:
+            keys[row.item] = None
+        else:
+            keys.pop(row.item, None)  # a later attempt of the item did better
+    for step, keys in found.items():
+        recorded = checkpoint.items[step].get("outputs", {})
+        for key in [key for key in keys if key in recorded]:
+            del keys[key]
+    return found
+
+
+def _kind(step: object) -> str:
+    from executionkit._define._step_checks import is_workflow  # noqa: PLC0415
+    from executionkit._define._step_kinds import AskStep, MapStep  # noqa: PLC0415
+
+    if isinstance(step, MapStep):
+        return "map"
+    if isinstance(step, AskStep):
+        return "ask"
+    if is_workflow(getattr(step, "run", None)):
+        return "workflow"
+    return "step"
+
+
+def _status_without(name: str, checkpoint: WorkflowCheckpoint, waiting: set[str]) -> str:
+    """A step's state from the checkpoint alone, as `step_statuses` decides it."""
+    if name in checkpoint.errors:
+        return "failed"
+    if name in waiting:
+        return "waiting"
+    if name in checkpoint.outputs:
+        return "done"
+    if name in checkpoint.skipped:
+        return "skipped"
+    return "pending"
+
+
+def child_checkpoint(checkpoint: WorkflowCheckpoint, path: str) -> WorkflowCheckpoint | None:
+    """The checkpoint of the sub-workflow in progress at ``path`` (``step`` or ``step/key``).
+
+    Deeper sub-workflows add segments the same way; None if there is none there now.
+    """
+    segments = split_path(path)
+    current: WorkflowCheckpoint | None = checkpoint
+    while segments and current is not None:
+        entry = current.children.get(segments.pop(0))
+        if entry is None:
+            return None
+        if "checkpoint" in entry:
+            current = entry["checkpoint"]
+        elif segments:
+            current = entry.get("items", {}).get(segments.pop(0))
+        else:
+            return None
+    return current

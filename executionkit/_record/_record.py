@@ -1,0 +1,505 @@
+"""What one run knows, and the checkpoints taken of it.
+
+`Record` is plain state, with no asyncio in it: the outputs that landed and
+were recorded (the append-only log), token usage, failures and in-step
+progress. It builds checkpoints (`snapshot`) and knows what is new since the
+last one. It is the one place to read to learn what a checkpoint holds.
+
+An output *lands* when its step returns, and is *recorded* when the run merges
+what landed into the log (in declaration order within a merge); checkpoints
+describe recorded outputs. A counter of changes tells whether anything
+changed since the last checkpoint was handed over.
+"""
+
+from __future__ import annotations
+
+import time
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from executionkit._checkpoint._ledger import ZERO, Ledger, Spending
+from executionkit._checkpoint._output_log import Extended, OutputLog
+from executionkit._checkpoint._value import SharedFields, WorkflowCheckpoint, trusted_checkpoint
+from executionkit._define._questions import join_path
+from executionkit._errors import BudgetExceeded, WorkflowFailed
+from executionkit._plain import plain_copy
+from executionkit._record._children import Children
+from executionkit._record._in_flight import InFlight
+from executionkit._record._items import Items
+from executionkit._record._questions import Questions
+from executionkit._record._result import WorkflowResult
+from executionkit._record._skips import Skips
+from executionkit._record._snapshots import describe_exactly, describe_rooms, error_texts
+from executionkit._resume._restore import Restored, restore
+from executionkit._types import PatternResult, TokenUsage
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Mapping
+
+    from executionkit._define._graph import Graph
+    from executionkit._define._options import RunOptions
+
+EMPTY: MappingProxyType[str, Any] = MappingProxyType({})
+_ZERO = ZERO  # the ledger returns this very object when nothing was spent
+
+
+def reached(usage: TokenUsage, budget: TokenUsage | None) -> bool:
+    """Whether ``usage`` reached any non-zero limit of ``budget``."""
+    if budget is None:
+        return False
+    return any(
+        limit and used >= limit
+        for used, limit in (
+            (usage.input_tokens, budget.input_tokens),
+            (usage.output_tokens, budget.output_tokens),
+            (usage.llm_calls, budget.llm_calls),
+        )
+    )
+
+
+class Record:
+    """The record of one run: what landed, what it cost, and the checkpoints of it."""
+
+    def __init__(self, graph: Graph, options: RunOptions) -> None:
+        """Restore ``options.resume_from`` (checked against ``graph``)."""
+        self.graph = graph
+        self._encoded = graph.encoded
+        self.budget = options.budget
+        self._validate_json = options.validate_json
+        # Outputs are stored as returned: no step encodes, nothing is checked.
+        self._kept_as_is = not options.validate_json and not graph.encoded
+        context = options.context
+        if options.resume_from is None:
+            state = Restored(
+                {}, {}, {}, TokenUsage(), 0, options.run_id, options.metadata or EMPTY, {}
+            )
+        else:
+            state = restore(
+                graph,
+                options.resume_from,
+                context,
+                run_id=options.run_id,
+                metadata=options.metadata,
+                rerun=options.rerun,
+                unknown_steps=options.unknown_steps,
+            )
+        # Live outputs feed ctx and the result; stored forms (after Step.encode) feed
+        # checkpoints. Without codecs both hold the same objects.
+        self.outputs = state.outputs
+        self.log = OutputLog(state.stored)
+        self.progress = state.progress
+        self.cost = state.cost
+        self.seq = state.seq
+        self._invalidated = state.invalidated
+        self.invalidated = MappingProxyType(self._invalidated)
+        self.discarded = state.discarded
+        self.run_id = state.run_id if state.run_id is not None else _new_run_id()
+        outputs = self.outputs
+        self.restored = tuple(name for name in graph.names if name in outputs) if outputs else ()
+        # Failures of this run, by position; they stay in every later checkpoint's `errors`.
+        self.failures: dict[int, Exception] = {}
+        # Outputs that landed since the last merge: position -> (live output, stored form).
+        self.landed: dict[int, tuple[Any, Any]] = {}
+        # Every change bumps `changes`; a checkpoint handed over covers the `changes`
+        # it saw, and `saved` is the last count that was handed over.
+        self.changes = 0
+        self.saved = 0
+        self.last: WorkflowCheckpoint | None = options.resume_from
+        self._start_ledger(graph, options, state, tuple(sorted(context)))
+        self._snapshot_length = len(self.log)
+        # Names a mid-batch checkpoint announced as new before they were merged.
+        self.reported: set[str] = set()
+        # The rooms of the kinds of step that record more than an output, each its own
+        # state: skips, the items of unfinished maps, questions, sub-workflows.
+        self.skips = Skips(graph.names, state.skipped)
+        skipped = state.skipped
+        self.restored_skips = (
+            tuple(name for name in graph.names if name in skipped) if skipped else ()
+        )
+        self.items = Items(state.items)
+        self.questions = Questions(graph, state.pending)
+        self.children = Children(state.children)
+        self.rooms = (self.items, self.questions, self.children)
+        self._maps = graph.maps
+        # Only graphs with such steps can have anything in those rooms.
+        self._maps_asks_children = bool(graph.maps or graph.asks or graph.workflows)
+        if options.answers or state.pending:
+            self._answer(options.answers)
+        # Every output the log gets from here on is of a step this run executed (merge).
+        self._first_executed = len(self.log.names)
+
+    def _start_ledger(
+        self,
+        graph: Graph,
+        options: RunOptions,
+        state: Restored,
+        context_keys: tuple[str, ...],
+    ) -> None:
+        """The cost ledger (restored rows first), what is in flight, the shared fields."""
+        self.ledger = Ledger(state.ledger)
+        self.ledger.ended = self._attempt_ended
+        self._open = self.ledger.open
+        # What a checkpoint lists as in flight: attempts running, steps about to start.
+        self.in_flight = InFlight(self)
+        # What the last failed attempt of a step (or item) spent, for its failure's event.
+        self.last_waste: dict[tuple[str, str | None], TokenUsage] = {}
+        shared = self.shared = SharedFields(
+            self.log,
+            graph.step_info,
+            self.run_id,
+            context_keys,
+            state.metadata,
+            self.ledger.entries,
+            state.lineage,
+        )
+        shared.trace = state.trace
+        shared.names = graph.names
+        shared.quiet = graph.asks | graph.workflows  # steps that spend nothing themselves
+        # Ledger rows the checkpoint resumed from holds: the next checkpoint's new rows
+        # start after them (rows of attempts it found running come first).
+        resumed = options.resume_from
+        self._rows = 0 if resumed is None else len(resumed.ledger)
+        if len(self.ledger.entries) != self._rows:
+            self.changes += 1  # the unknown attempts: saved by the first checkpoint
+
+    def _attempt_ended(self, name: str, key: str | None) -> bool:
+        """Whether step ``name`` (item ``key``) has ended: usage reported now is late."""
+        if key is not None:
+            return key in self.items.recorded(name)
+        position = self.graph.index.get(name)
+        return position is None or self.in_flight.ended(position)
+
+    def _answer(self, answers: Mapping[str, Any]) -> None:
+        """Apply the run's answers, each the output of its ask step (checked first)."""
+        checked = self.questions.answer(answers, self.outputs, self.children)
+        index = self.graph.index
+        for name in sorted(checked.stored, key=index.__getitem__):
+            stored = checked.stored[name]
+            self.outputs[name] = stored
+            self.log.append(name, stored)
+            self.changes += 1
+        for name, error in checked.expired.items():
+            self.fail(index[name], error)
+
+    def ask(self, position: int, question: object) -> Mapping[str, Any]:
+        """Record the question the ask step at ``position`` asks; return its pending entry."""
+        entry = self.questions.ask(position, question)
+        self.changes += 1
+        return entry
+
+    def child_saved(self, name: str, key: str | None, checkpoint: WorkflowCheckpoint) -> None:
+        """Keep the child's latest checkpoint and count what it spent since the last one."""
+        self.cost += self.children.keep(name, key, checkpoint)
+        if checkpoint.new_ledger:
+            prefix = join_path(name) if key is None else join_path(name, key)
+            self.ledger.extend(prefix, checkpoint.new_ledger)
+        self.changes += 1
+
+    def child_finished(self, name: str, key: str | None, cost: TokenUsage) -> None:
+        """The child completed: count the rest of what it spent; its output lands next."""
+        self.cost += self.children.drop(name, key, cost)
+
+    def note_invalidated(self, name: str, reason: str) -> None:
+        """Report that recorded work of step ``name`` is not used, and why."""
+        self._invalidated[name] = reason
+
+    def waiting(self) -> dict[str, Any]:
+        """Every question waiting for an answer by path (`join_path`), nested ones after."""
+        return self.questions.waiting(self.children)
+
+    # --- what lands -----------------------------------------------------------------------
+
+    def land(self, position: int, result: Any) -> TokenUsage | None:
+        """Hold the output a step returned until the next merge; return its cost.
+
+        Returns None when the output cannot be recorded (its ``encode`` raised, or
+        ``validate_json`` refused it): the step is then recorded as failed, though
+        its cost counts, since it was spent.
+        """
+        if position in self._maps:
+            self.landed[position] = self.items.finish(self.graph.names[position], result)
+            self.changes += 1
+            return _ZERO
+        if self._kept_as_is and not self._open and not isinstance(result, PatternResult):
+            # The common case: stored as returned, nothing reported, so no ledger row.
+            self.landed[position] = (result, result)
+            if self.progress:
+                self.progress.pop(self.graph.names[position], None)
+            self.changes += 1
+            return _ZERO
+        name = self.graph.names[position]
+        reported = None
+        if isinstance(result, PatternResult):
+            reported = result.cost
+            result = result.value
+        if self._validate_json or position in self._encoded:
+            try:
+                stored = self._storable(position, result)
+            except Exception as exc:  # noqa: BLE001 - an unrecordable output fails its step
+                self.cost += self.ledger.close(name, None, "failed", reported)
+                self.fail(position, exc)
+                return None
+        else:
+            stored = result
+        if reported is None and not self._open:
+            cost = _ZERO  # the common case: nothing reported, so no ledger row
+        else:
+            cost = self.ledger.close(name, None, "ok", reported)
+            if cost is not _ZERO:
+                self.cost += cost
+        self.landed[position] = (result, stored)
+        if self.progress:
+            self.progress.pop(name, None)
+        self.changes += 1
+        return cost
+
+    @property
+    def executed(self) -> list[str]:
+        """The steps this run executed and recorded, in recording order (a new list)."""
+        return self.log.names[self._first_executed :]
+
+    def recorded_items(self, name: str) -> Collection[str]:
+        """The keys of the items of map step ``name`` recorded so far."""
+        return self.items.recorded(name)
+
+    def land_item(
+        self, position: int, key: str, result: Any
+    ) -> tuple[TokenUsage, Exception | None]:
+        """Record the output an item of a map returned; return its cost, and why not if not.
+
+        An item whose output cannot be recorded (its ``encode`` raised, or
+        ``validate_json`` refused it) is not recorded, though its cost counts.
+        """
+        name = self.graph.names[position]
+        reported = None
+        if isinstance(result, PatternResult):
+            reported = result.cost
+            result = result.value
+        stored = result
+        self.changes += 1
+        if self._validate_json or position in self._encoded:
+            try:
+                stored = self._storable(position, result, key)
+            except Exception as exc:  # noqa: BLE001 - an unrecordable output fails its item
+                cost = self.ledger.close(name, key, "failed", reported)
+                self.cost += cost
+                return cost, exc
+        if reported is None and not self._open:
+            cost = _ZERO  # the common case: nothing reported, so no ledger row
+        else:
+            cost = self.ledger.close(name, key, "ok", reported)
+            if cost is not _ZERO:
+                self.cost += cost
+                self.items.spent(name, cost)
+        self.items.add(name, key, stored, result)
+        return cost, None
+
+    def fail(self, position: int, error: Exception) -> None:
+        """Record that the step at ``position`` failed with ``error``."""
+        self.charge(self.graph.names[position], None, "failed")
+        self.failures[position] = error
+        self.changes += 1
+
+    def charge(self, name: str, key: str | None, outcome: str) -> TokenUsage:
+        """An attempt of step ``name`` (item ``key``) ended without an output: count its usage."""
+        cost = self.ledger.close(name, key, outcome)
+        if cost is not _ZERO:
+            self.cost += cost
+            self.changes += 1
+            self.last_waste[name, key] = cost
+        return cost
+
+    def waste_of(self, name: str, key: str | None) -> TokenUsage:
+        """What the last attempt of ``name`` (item ``key``) that failed spent; forget it."""
+        return self.last_waste.pop((name, key), _ZERO) if self.last_waste else _ZERO
+
+    def book_late(self, *, closing: bool = False) -> None:
+        """Count usage reported after its attempt ended (by a thread left running).
+
+        ``closing``: every attempt of the run has stopped (see `Ledger.book_late`).
+        """
+        late = self.ledger.book_late(closing=closing)
+        if late is not _ZERO:
+            self.cost += late
+            self.changes += 1
+
+    def skip(self, position: int, reason: str) -> None:
+        """Hold the skip of the step at ``position`` until the next merge, like an output.
+
+        Items or a sub-workflow restored for it are dropped: a skipped step never
+        ran, and a checkpoint saying both is refused (``skipped.<step>``).
+        """
+        name = self.graph.names[position]
+        self.items.maps.pop(name, None)
+        self.children.latest.pop(name, None)
+        self.skips.decide(position, reason)
+        self.changes += 1
+
+    def save_progress(self, name: str, value: object) -> int:
+        """Record ``value`` as the progress of step ``name``; return the change count."""
+        self.progress[name] = plain_copy(value, f"progress of step {name!r}")
+        self.changes += 1
+        return self.changes
+
+    def _storable(self, position: int, output: Any, key: str | None = None) -> Any:
+        """The form of ``output`` that goes into checkpoints, checked if asked to."""
+        step = self.graph.steps[position]
+        what = f"step {step.name!r}" if key is None else f"step {step.name!r}, item {key!r}"
+        stored = output
+        if step.encode is not None:
+            try:
+                stored = step.encode(output)
+            except Exception as exc:
+                exc.add_note(f"executionkit: encode of {what} failed")
+                raise
+        if self._validate_json:
+            # The checked copy is what gets recorded: later changes to the live object
+            # (a dependent step mutating its ctx value) cannot reach a checkpoint.
+            stored = plain_copy(stored, f"output of {what}")
+        return stored
+
+    def merge(self) -> list[int]:
+        """Record what landed, in declaration order; return those positions."""
+        landed = self.landed
+        if len(landed) == 1 and not self.skips.decided:
+            # A chain's every batch: one output, nothing to sort.
+            position, (live, stored) = landed.popitem()
+            name = self.graph.names[position]
+            self.outputs[name] = live
+            log = self.log  # OutputLog.append, unrolled
+            log.index[name] = len(log.names)
+            log.names.append(name)
+            log.values.append(stored)
+            return [position]
+        completed = sorted(landed)
+        names = self.graph.names
+        outputs = self.outputs
+        # OutputLog.append, unrolled: this runs once per step.
+        log = self.log
+        index = log.index
+        log_names = log.names
+        log_values = log.values
+        for position in completed:
+            name = names[position]
+            live, stored = landed[position]
+            outputs[name] = live
+            index[name] = len(log_names)
+            log_names.append(name)
+            log_values.append(stored)
+        landed.clear()
+        if self.skips.decided:
+            return self.skips.merge(completed)
+        return completed
+
+    def over_budget(self) -> bool:
+        """Whether the token usage reached the run's budget."""
+        return self.budget is not None and reached(self.cost, self.budget)
+
+    # --- checkpoints ----------------------------------------------------------------------
+
+    def unsaved(self) -> bool:
+        """Whether anything changed since the last checkpoint handed over."""
+        return self.changes != self.saved
+
+    def snapshot(self) -> WorkflowCheckpoint:
+        """Take a checkpoint of everything recorded (and landed) so far."""
+        self.seq += 1
+        log = self.log
+        since = self._snapshot_length
+        length = self._snapshot_length = len(log.names)
+        # Every other field is computed from these when first read (see
+        # executionkit._checkpoint._value._Deferred): most checkpoints are stored or
+        # dropped without anyone reading their views or timestamp.
+        ledger = self.ledger
+        if ledger.late:
+            self.book_late()
+        rows_since = self._rows
+        rows = self._rows = len(ledger.entries)
+        fields: dict[str, Any] = {
+            "step_index": length,
+            "cost": self.cost,
+            "seq": self.seq,
+            "_shared": self.shared,
+            "_since": since,
+            "_rows": rows,
+            "_ns": time.time_ns(),
+        }
+        if rows != rows_since:
+            fields["_rows_since"] = rows_since  # new_ledger: the rows since (none without)
+        in_flight = self.in_flight
+        if ledger.open or in_flight.maps or self.landed:
+            fields["in_flight"] = in_flight.now()
+        elif in_flight.next_up:
+            # Only steps about to start: in_flight is computed when read. The list itself
+            # when none of them ended since it was listed (a batch's, nothing changed).
+            fields["_next"] = (
+                in_flight.next_up
+                if in_flight.listed_at == self.changes and not in_flight.growing
+                else in_flight.upcoming()
+            )
+        if self.failures:
+            fields["errors"] = error_texts(self)
+        if self.landed or self.progress or self.reported:
+            describe_exactly(self, fields, since)
+        if self._maps_asks_children and (self.items or self.questions or self.children):
+            describe_rooms(self, fields, length)
+        skips = self.skips
+        if skips.skipped or skips.decided:  # bool(skips), without the call
+            described = fields.get("step_info")
+            if described is None:
+                described = self.log.info(length, self.graph.step_info)
+            extra = self.skips.describe(fields, self.graph.step_info)
+            fields["step_info"] = MappingProxyType(Extended(described, extra))
+        checkpoint = trusted_checkpoint(fields)
+        self.last = checkpoint
+        return checkpoint
+
+    def latest(self) -> WorkflowCheckpoint:
+        """The checkpoint of everything recorded, taking one in memory if none is current."""
+        if self.last is None or self.changes != self.saved:
+            self.snapshot()
+            self.saved = self.changes
+        assert self.last is not None  # noqa: S101 - snapshot() sets it
+        return self.last
+
+    # --- how a run ends -------------------------------------------------------------------
+
+    def failure(self) -> WorkflowFailed:
+        """The `WorkflowFailed` for the failures recorded, with the latest checkpoint."""
+        names = self.graph.names
+        errors = {names[p]: exc for p, exc in sorted(self.failures.items())}
+        error = WorkflowFailed(errors, self.latest())
+        error.__cause__ = next(iter(errors.values()))
+        return error
+
+    def budget_exceeded(self) -> BudgetExceeded:
+        """The `BudgetExceeded` for the budget reached, with the latest checkpoint."""
+        assert self.budget is not None  # noqa: S101 - only called once over_budget() said so
+        return BudgetExceeded(self.latest(), self.cost, self.budget)
+
+    def result(self) -> WorkflowResult:
+        """The `WorkflowResult` of a run that completed."""
+        outputs = self.outputs
+        names = self.graph.names
+        if len(outputs) == len(names) and tuple(outputs) == names:
+            ordered = dict(outputs)  # landed in declaration order: one copy at C speed
+        else:
+            ordered = {name: outputs[name] for name in names if name in outputs}
+        return WorkflowResult(
+            outputs=MappingProxyType(ordered),
+            pending=MappingProxyType(self.waiting()),
+            cost=self.cost,
+            run_id=self.run_id,
+            executed=tuple(self.executed),
+            restored=self.restored,
+            invalidated=self.invalidated,
+            discarded=self.discarded,
+            skipped=self.skips.in_order() if self.skips.skipped else EMPTY,
+            spending=Spending.of(self.ledger.entries, self.ledger.restored),
+        )
+
+
+def _new_run_id() -> str:
+    import os  # noqa: PLC0415 - tiny, and only fresh runs need it
+
+    return os.urandom(16).hex()
