@@ -13,7 +13,6 @@ from executionkit._checkpoint._ledger import LedgerEntry, Spending
 from executionkit._checkpoint._value import WorkflowCheckpoint
 from executionkit._define._step import Step
 from executionkit._errors import (
-    BudgetExceeded,
     CheckpointFormatError,
     CheckpointMismatchError,
     CheckpointValueError,
@@ -24,10 +23,9 @@ from executionkit._errors import (
     RunClaimedError,
     StaleCheckpointError,
     WorkflowDefinitionError,
-    WorkflowFailed,
 )
-from executionkit._record._result import WorkflowResult
-from executionkit._run._ownership import RunOwner
+from executionkit._owner import RunOwner
+from executionkit._record._result import BudgetExceeded, WorkflowFailed, WorkflowResult
 from executionkit._run._plan import ResumePlan
 from executionkit._run._step_context import StepContext, current_step
 from executionkit._types import PatternResult, TokenUsage

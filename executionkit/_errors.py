@@ -5,11 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable
 
-    from executionkit._checkpoint._value import WorkflowCheckpoint
-    from executionkit._run._ownership import RunOwner
-    from executionkit._types import TokenUsage
+    from executionkit._owner import RunOwner
 
 
 class ExecutionKitError(Exception):
@@ -77,43 +75,6 @@ class CheckpointValueError(ExecutionKitError, ValueError):
         self.value = value
 
 
-class BudgetExceeded(ExecutionKitError):  # noqa: N818 - reads as an event, like WorkflowFailed
-    """The run's token usage reached a limit of its ``budget``; nothing new started.
-
-    Steps already running were allowed to finish and were recorded, and a
-    checkpoint was taken. Resume from `checkpoint` with a larger budget to
-    continue where the run stopped (restored usage counts against the budget).
-
-    Attributes:
-        checkpoint: The checkpoint taken when the run stopped.
-        usage: Total token usage at that point, restored usage included.
-        budget: The budget that was reached.
-    """
-
-    def __init__(
-        self, checkpoint: WorkflowCheckpoint, usage: TokenUsage, budget: TokenUsage
-    ) -> None:
-        """Create the error from the checkpoint, the usage and the budget."""
-        self.checkpoint = checkpoint
-        self.usage = usage
-        self.budget = budget
-        reached = ", ".join(
-            f"{name} {used} of {limit}"
-            for name, used, limit in (
-                ("input_tokens", usage.input_tokens, budget.input_tokens),
-                ("output_tokens", usage.output_tokens, budget.output_tokens),
-                ("llm_calls", usage.llm_calls, budget.llm_calls),
-            )
-            if limit and used >= limit
-        )
-        super().__init__(
-            f"budget reached: {reached}; no new step or retry was started. The checkpoint "
-            f"(.checkpoint, seq={checkpoint.seq}) records "
-            f"{_completed_steps(checkpoint.step_index)}; resume from it with a larger budget "
-            f"to continue"
-        )
-
-
 class RunArgumentError(ExecutionKitError, ValueError):
     """An argument of `Workflow.run` does not fit the workflow.
 
@@ -154,64 +115,6 @@ class ContextKeyError(ExecutionKitError, KeyError):
     def __str__(self) -> str:
         """Return the message itself (`KeyError` would show its repr)."""
         return str(self.args[0])
-
-
-class WorkflowFailed(ExecutionKitError):  # noqa: N818 - the name reads as an event, like StopIteration
-    """One or more steps raised; everything that completed was checkpointed.
-
-    Before this is raised, the steps still running in the failing batch were
-    allowed to finish, their outputs were recorded and ``checkpoint_fn`` was
-    called with a checkpoint whose ``errors`` name each failed step. Resume
-    from `checkpoint` to run only the failed steps and what depends on them.
-
-    Attributes:
-        errors: Step name -> the exception that step raised, in declaration
-            order. The first is also this exception's ``__cause__``.
-        checkpoint: The checkpoint taken after the failure, usable as
-            ``resume_from`` even if you stored nothing yourself.
-    """
-
-    def __init__(
-        self,
-        errors: Mapping[str, BaseException],
-        checkpoint: WorkflowCheckpoint,
-    ) -> None:
-        """Create the error from the failed steps and the checkpoint taken."""
-        self.errors = dict(errors)
-        self.checkpoint = checkpoint
-        names = ", ".join(repr(name) for name in self.errors)
-        count = len(self.errors)
-        first_name, first = next(iter(self.errors.items()))
-        if count == 1:
-            failed = f"step {first_name!r} raised {_exception_text(first)}"
-        else:
-            failed = (
-                f"{count} steps raised ({names}; see .errors); the first, {first_name!r}, "
-                f"raised {_exception_text(first)}"
-            )
-        super().__init__(
-            f"workflow failed: {_sentence(failed)} The checkpoint (.checkpoint, "
-            f"seq={checkpoint.seq}) records {_completed_steps(checkpoint.step_index)}; "
-            f"resume from it to run only what is left"
-        )
-
-
-def _exception_text(error: BaseException) -> str:
-    """Return ``"Type: message"``, or the type alone when the message is empty."""
-    message = safe_str(error)
-    name = type(error).__name__
-    return f"{name}: {message}" if message else name
-
-
-def _sentence(text: str) -> str:
-    # The text ends in an exception's own message, which may end its sentence already.
-    return text if text.endswith((".", "!", "?")) else f"{text}."
-
-
-def _completed_steps(count: int) -> str:
-    if count == 0:
-        return "no completed step"
-    return "1 completed step" if count == 1 else f"{count} completed steps"
 
 
 def safe_str(value: object) -> str:

@@ -28,7 +28,7 @@ from test_conformance import AppendsNewOutputs, pairs
 from executionkit import Step, TokenUsage, Workflow, WorkflowCheckpoint
 from executionkit._checkpoint._ledger import OUTCOMES
 from executionkit._checkpoint._value import FORMAT_VERSION
-from executionkit._errors import WorkflowFailed
+from executionkit._record._result import WorkflowFailed
 from executionkit._run._step_context import current_step
 from executionkit.conformance import StoreConformanceError, check_store
 from executionkit.stores import JsonFileStore, JsonLinesStore, PostgresStore, SQLiteStore

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from executionkit import RunArgumentError, Step, Workflow, WorkflowCheckpoint
 from executionkit import events as ev
 from executionkit._cli import step_statuses
-from executionkit._define._questions import join_path, split_path
+from executionkit._paths import join_path, split_path
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 from executionkit._checkpoint._value import WorkflowCheckpoint
 from executionkit._define._step import Step
-from executionkit._errors import WorkflowFailed
+from executionkit._record._result import WorkflowFailed
 from executionkit._types import PatternResult, TokenUsage
 from executionkit._workflow import Workflow
 

@@ -11,9 +11,9 @@ from executionkit._terminal import show
 if TYPE_CHECKING:
     import argparse
 
+    from executionkit import ResumePlan
     from executionkit._checkpoint._value import WorkflowCheckpoint
     from executionkit._cli._questions import GivenAnswers
-    from executionkit._run._plan import ResumePlan
     from executionkit._workflow import Workflow
 
 

@@ -10,7 +10,8 @@ from executionkit._cli._location import DatabaseLocation, parse_location
 from executionkit._cli._maps import map_sources, unfinished_maps
 from executionkit._cli._text import out, say
 from executionkit._define._conditions import condition_name
-from executionkit._define._questions import split_path, waiting_in
+from executionkit._define._questions import waiting_in
+from executionkit._paths import split_path
 from executionkit._terminal import one_line, show
 
 if TYPE_CHECKING:

@@ -194,7 +194,7 @@ def _claimed_by(location: Location) -> dict[str, Any] | None:
 
 def _owner_text(summary: Mapping[str, Any]) -> str:
     """``process 1234 on host 'worker-1' since ...``, naming its run if not the one shown."""
-    from executionkit._run._ownership import RunOwner  # noqa: PLC0415 - imports socket
+    from executionkit._owner import RunOwner  # noqa: PLC0415 - imports socket
 
     owner = RunOwner.from_dict(summary["claimed_by"])
     if owner is None:  # never: inspect wrote it with to_dict

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from executionkit._checkpoint._value import WorkflowCheckpoint
-    from executionkit._run._ownership import RunOwner
+    from executionkit._owner import RunOwner
     from executionkit.stores import CheckpointInfo, JsonLinesStore
 
 _SCHEMES = ("sqlite", "postgresql", "postgres")

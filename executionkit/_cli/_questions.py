@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from executionkit._cli._exits import CliError
 from executionkit._cli._load import parse_json, read_json_object
-from executionkit._define._questions import split_path
+from executionkit._paths import split_path
 from executionkit._terminal import json_text, one_line, show
 
 if TYPE_CHECKING:

@@ -171,7 +171,8 @@ def _run(
     run_id: str | None,
 ) -> int:
     """Run ``workflow``; report how it ended and return the exit code."""
-    from executionkit._errors import RunArgumentError, WorkflowFailed  # noqa: PLC0415
+    from executionkit._errors import RunArgumentError  # noqa: PLC0415
+    from executionkit._record._result import WorkflowFailed  # noqa: PLC0415
 
     events = _Events()
     try:

@@ -21,7 +21,7 @@ from executionkit._define._step_kinds import AskStep, MapStep
 from executionkit._errors import WorkflowDefinitionError, did_you_mean
 
 if TYPE_CHECKING:
-    from executionkit._workflow import Workflow
+    from executionkit._define._step_checks import SubWorkflow
 
 # What a map of sub-workflows adds to each item's initial context.
 ITEM_KEYS = ("item", "item_key")
@@ -175,7 +175,7 @@ class Graph:
         found: list[Nested] = []
         for position in sorted(self.workflows):
             name = self.names[position]
-            child = graph_of(cast("Workflow", self.steps[position].run))
+            child = graph_of(self.steps[position].run)
             keys = {
                 self.names[a]: f"the output of step {self.names[a]!r}, an ancestor of {name!r}"
                 for a in sorted(self.ancestors(position))
@@ -318,9 +318,13 @@ class Nested:
         return None
 
 
-def graph_of(workflow: Workflow) -> Graph:
-    """The validated graph of a `Workflow` (a sub-workflow's, for its parent)."""
-    return workflow._graph  # noqa: SLF001 - the graph is the workflow's, read by its parent
+def graph_of(workflow: SubWorkflow | object) -> Graph:
+    """The validated graph of a workflow (a sub-workflow's, for its parent).
+
+    Takes a step's ``run`` as it is typed (a function or a workflow): call it
+    only where `is_workflow` holds.
+    """
+    return cast("SubWorkflow", workflow)._graph  # noqa: SLF001 - the child's, read by its parent
 
 
 def kind_of(step: Step) -> str:

@@ -5,20 +5,20 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from executionkit._checkpoint._value import LEGACY_VERSION, WorkflowCheckpoint
 from executionkit._define._graph import graph_of
 from executionkit._define._listeners import listeners_of
-from executionkit._define._questions import checked_answers, join_path, split_path
+from executionkit._define._questions import checked_answers
 from executionkit._errors import RunArgumentError, did_you_mean
+from executionkit._paths import join_path, split_path
 from executionkit._types import TokenUsage
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor  # noqa: TC004 - an annotation only; keeps import cheap
 
     from executionkit._define._graph import Graph
-    from executionkit._workflow import Workflow
 
 CheckpointFn: TypeAlias = Callable[[WorkflowCheckpoint], object]
 """Receives each checkpoint; may return an awaitable, which is awaited before anything else."""
@@ -363,7 +363,7 @@ def _check_path(graph: Graph, entry: str, segments: list[str]) -> None:
                 f"steps of its own to rerun"
             )
             raise RunArgumentError(msg)
-        child = graph_of(cast("Workflow", graph.steps[position].run))
+        child = graph_of(graph.steps[position].run)
         if position in graph.maps:
             at += 1
             if at == len(segments) - 1:
@@ -425,5 +425,5 @@ def _check_unfinished(
             )
             raise RunArgumentError(msg)
         checkpoint = following
-        graph = graph_of(cast("Workflow", graph.steps[position].run))
+        graph = graph_of(graph.steps[position].run)
         at += 1

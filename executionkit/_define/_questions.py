@@ -11,49 +11,19 @@ no two questions share a path whatever their names hold.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from executionkit._errors import CheckpointMismatchError, RunArgumentError, did_you_mean
+from executionkit._paths import join_path, split_path
 from executionkit._plain import plain_copy
 
 if TYPE_CHECKING:
     from executionkit._checkpoint._value import WorkflowCheckpoint
     from executionkit._define._graph import Graph
     from executionkit._define._step_kinds import AskStep
-
-
-_ESCAPES = re.compile(r"%(25|2F)?")
-
-
-def join_path(*segments: str) -> str:
-    """The path of a question: each segment escaped, then joined with ``/``.
-
-    ``%`` is written ``%25`` and ``/`` is written ``%2F``; a segment without
-    either is unchanged. ``join_path("a/b")`` is ``"a%2Fb"``, ``join_path("a",
-    "b")`` is ``"a/b"``.
-    """
-    return "/".join(segment.replace("%", "%25").replace("/", "%2F") for segment in segments)
-
-
-def split_path(path: str) -> list[str]:
-    """The unescaped segments of ``path``: `join_path` undone.
-
-    Raises:
-        ValueError: If ``path`` has a ``%`` that is not ``%25`` or ``%2F``, so that
-            `join_path` never makes it.
-    """
-
-    def unescaped(found: re.Match[str]) -> str:
-        if found[1] is None:
-            msg = f"{path!r} is not a question path: write '%' as '%25' and '/' as '%2F'"
-            raise ValueError(msg)
-        return "%" if found[1] == "25" else "/"
-
-    return [_ESCAPES.sub(unescaped, segment) for segment in path.split("/")]
 
 
 def utc_now() -> datetime:

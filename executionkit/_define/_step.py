@@ -23,7 +23,8 @@ from executionkit._errors import WorkflowDefinitionError
 if TYPE_CHECKING:
     from datetime import timedelta
 
-    from executionkit._workflow import Workflow  # noqa: TC004 - dataclass annotations stay strings
+    from executionkit._define._step_checks import SubWorkflow  # noqa: TC004 - dataclass annotations stay strings
+
 
 StepFn: TypeAlias = Callable[[Mapping[str, Any]], Any]
 """A step's ``run``: takes the read-only ``ctx``, returns the output or an awaitable of it."""
@@ -120,7 +121,7 @@ class Step:
     _called_as: ClassVar[tuple[str, str, int]] = ("run", "run(ctx)", 1)
 
     name: str
-    run: StepFn | Workflow
+    run: StepFn | SubWorkflow
     depends_on: tuple[str, ...] = ()
     metadata: Mapping[str, Any] = field(default_factory=_empty_metadata)
     _: KW_ONLY
@@ -207,7 +208,7 @@ class Step:
     def map(
         cls,
         name: str,
-        run: Callable[[Any, Mapping[str, Any]], Any] | Workflow,
+        run: Callable[[Any, Mapping[str, Any]], Any] | SubWorkflow,
         *,
         over: str,
         key: Callable[[Any], str] | None = None,

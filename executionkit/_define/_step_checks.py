@@ -12,11 +12,12 @@ import inspect
 import math
 import weakref
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, Protocol, TypeVar
 
 from executionkit._errors import WorkflowDefinitionError, did_you_mean
 
 if TYPE_CHECKING:
+    from executionkit._define._graph import Graph
     from executionkit._define._step import Step
 
 _P = ParamSpec("_P")
@@ -253,17 +254,25 @@ def _normalise_retry_on(name: str, retry_on: object) -> tuple[type[Exception], .
     return types
 
 
+class SubWorkflow(Protocol):
+    """A workflow that a step runs, as the shape of its parent sees it: `Workflow` is one.
+
+    A protocol, so that the shape of a workflow never imports the façade that
+    runs one: the parent reads the child's validated graph (`graph_of`), and
+    the runner calls its ``run``.
+    """
+
+    @property
+    def _graph(self) -> Graph: ...
+
+
 def is_workflow(run: object) -> bool:
-    """Whether ``run`` is a `Workflow` (a step running it is a sub-workflow)."""
-    return isinstance(run, _workflow_class())
+    """Whether ``run`` is a workflow (a step running it is a sub-workflow).
 
-
-@functools.cache
-def _workflow_class() -> type:
-    """`Workflow`, imported once: this module is imported before it (a cycle)."""
-    from executionkit._workflow import Workflow  # noqa: PLC0415 - a cycle; loaded by then
-
-    return Workflow
+    Known by structure, not by class: its class holds a validated graph in
+    ``_graph``, as `Workflow` does (`SubWorkflow`).
+    """
+    return hasattr(type(run), "_graph")
 
 
 def is_async_callable(run: object) -> bool:

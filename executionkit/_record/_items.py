@@ -10,6 +10,7 @@ order, once every item is recorded.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -21,9 +22,16 @@ if TYPE_CHECKING:
     from collections.abc import Collection
 
     from executionkit._define._step_kinds import MapStep
-    from executionkit._run._map import MapDone
 
 _ZERO = TokenUsage()
+
+
+@dataclass(frozen=True, slots=True)
+class MapDone:
+    """What a map step returns once every item is recorded: the keys, in item order."""
+
+    keys: tuple[str, ...]
+    mapping: bool
 
 
 class MapItems:

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 from executionkit._define._questions import (
     Answers,
     asked,
-    join_path,
     nested_pending,
     route_answers,
 )
+from executionkit._paths import join_path
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

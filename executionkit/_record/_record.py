@@ -20,14 +20,13 @@ from typing import TYPE_CHECKING, Any
 from executionkit._checkpoint._ledger import ZERO, Ledger, Spending
 from executionkit._checkpoint._output_log import Extended, OutputLog
 from executionkit._checkpoint._value import SharedFields, WorkflowCheckpoint, trusted_checkpoint
-from executionkit._define._questions import join_path
-from executionkit._errors import BudgetExceeded, WorkflowFailed
+from executionkit._paths import join_path
 from executionkit._plain import plain_copy
 from executionkit._record._children import Children
 from executionkit._record._in_flight import InFlight
 from executionkit._record._items import Items
 from executionkit._record._questions import Questions
-from executionkit._record._result import WorkflowResult
+from executionkit._record._result import BudgetExceeded, WorkflowFailed, WorkflowResult
 from executionkit._record._skips import Skips
 from executionkit._record._snapshots import describe_exactly, describe_rooms, error_texts
 from executionkit._resume._restore import Restored, restore

@@ -1,14 +1,23 @@
-"""`WorkflowResult`: what a completed (or suspended) run returns."""
+"""What a run hands back: a `WorkflowResult`, or an error with the checkpoint of what completed.
+
+`WorkflowFailed` and `BudgetExceeded` live here rather than with the other
+errors: each holds the checkpoint a failed run still hands over, so they sit
+above the checkpoint format, beside the result of a run that did not fail.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from executionkit._checkpoint._ledger import Spending
+from executionkit._errors import ExecutionKitError, safe_str
 from executionkit._types import TokenUsage
+
+if TYPE_CHECKING:
+    from executionkit._checkpoint._value import WorkflowCheckpoint
 
 
 @dataclass(frozen=True)
@@ -52,3 +61,98 @@ class WorkflowResult:
     skipped: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     pending: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     spending: Spending = field(default_factory=lambda: Spending.of(()))
+
+
+class WorkflowFailed(ExecutionKitError):  # noqa: N818 - the name reads as an event, like StopIteration
+    """One or more steps raised; everything that completed was checkpointed.
+
+    Before this is raised, the steps still running in the failing batch were
+    allowed to finish, their outputs were recorded and ``checkpoint_fn`` was
+    called with a checkpoint whose ``errors`` name each failed step. Resume
+    from `checkpoint` to run only the failed steps and what depends on them.
+
+    Attributes:
+        errors: Step name -> the exception that step raised, in declaration
+            order. The first is also this exception's ``__cause__``.
+        checkpoint: The checkpoint taken after the failure, usable as
+            ``resume_from`` even if you stored nothing yourself.
+    """
+
+    def __init__(
+        self,
+        errors: Mapping[str, BaseException],
+        checkpoint: WorkflowCheckpoint,
+    ) -> None:
+        """Create the error from the failed steps and the checkpoint taken."""
+        self.errors = dict(errors)
+        self.checkpoint = checkpoint
+        names = ", ".join(repr(name) for name in self.errors)
+        count = len(self.errors)
+        first_name, first = next(iter(self.errors.items()))
+        if count == 1:
+            failed = f"step {first_name!r} raised {_exception_text(first)}"
+        else:
+            failed = (
+                f"{count} steps raised ({names}; see .errors); the first, {first_name!r}, "
+                f"raised {_exception_text(first)}"
+            )
+        super().__init__(
+            f"workflow failed: {_sentence(failed)} The checkpoint (.checkpoint, "
+            f"seq={checkpoint.seq}) records {_completed_steps(checkpoint.step_index)}; "
+            f"resume from it to run only what is left"
+        )
+
+
+class BudgetExceeded(ExecutionKitError):  # noqa: N818 - reads as an event, like WorkflowFailed
+    """The run's token usage reached a limit of its ``budget``; nothing new started.
+
+    Steps already running were allowed to finish and were recorded, and a
+    checkpoint was taken. Resume from `checkpoint` with a larger budget to
+    continue where the run stopped (restored usage counts against the budget).
+
+    Attributes:
+        checkpoint: The checkpoint taken when the run stopped.
+        usage: Total token usage at that point, restored usage included.
+        budget: The budget that was reached.
+    """
+
+    def __init__(
+        self, checkpoint: WorkflowCheckpoint, usage: TokenUsage, budget: TokenUsage
+    ) -> None:
+        """Create the error from the checkpoint, the usage and the budget."""
+        self.checkpoint = checkpoint
+        self.usage = usage
+        self.budget = budget
+        reached = ", ".join(
+            f"{name} {used} of {limit}"
+            for name, used, limit in (
+                ("input_tokens", usage.input_tokens, budget.input_tokens),
+                ("output_tokens", usage.output_tokens, budget.output_tokens),
+                ("llm_calls", usage.llm_calls, budget.llm_calls),
+            )
+            if limit and used >= limit
+        )
+        super().__init__(
+            f"budget reached: {reached}; no new step or retry was started. The checkpoint "
+            f"(.checkpoint, seq={checkpoint.seq}) records "
+            f"{_completed_steps(checkpoint.step_index)}; resume from it with a larger budget "
+            f"to continue"
+        )
+
+
+def _exception_text(error: BaseException) -> str:
+    """Return ``"Type: message"``, or the type alone when the message is empty."""
+    message = safe_str(error)
+    name = type(error).__name__
+    return f"{name}: {message}" if message else name
+
+
+def _sentence(text: str) -> str:
+    # The text ends in an exception's own message, which may end its sentence already.
+    return text if text.endswith((".", "!", "?")) else f"{text}."
+
+
+def _completed_steps(count: int) -> str:
+    if count == 0:
+        return "no completed step"
+    return "1 completed step" if count == 1 else f"{count} completed steps"

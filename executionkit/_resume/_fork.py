@@ -14,23 +14,21 @@ sub-workflow step runs again from it.
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from executionkit._checkpoint._ledger import LedgerEntry
 from executionkit._checkpoint._value import WorkflowCheckpoint
 from executionkit._define._graph import graph_of
-from executionkit._define._questions import join_path, split_path
 from executionkit._define._step_kinds import AskStep, MapStep
 from executionkit._errors import RunArgumentError
+from executionkit._paths import child_run_id, join_path, split_path
 from executionkit._plain import plain_copy
-from executionkit._run._children import child_run_id
 from executionkit._types import TokenUsage
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Mapping
 
     from executionkit._define._graph import Graph
-    from executionkit._workflow import Workflow
 
 _OVERRIDE_ROW_USAGE = TokenUsage()
 
@@ -111,7 +109,7 @@ def _fork_run(  # noqa: PLR0917 - one run's part of the fork, recursing into chi
     children = dict(checkpoint.children)
     for name, (inner_o, inner_r) in _inner(inner_overrides, inner_reruns).items():
         child = _child_checkpoint(graph, checkpoint, name, run_id, prefix)
-        child_graph = graph_of(cast("Workflow", graph.steps[index[name]].run))
+        child_graph = graph_of(graph.steps[index[name]].run)
         children[name] = MappingProxyType(
             {
                 "checkpoint": _fork_run(
@@ -301,7 +299,7 @@ def _child_checkpoint(
     if not isinstance(output, dict):
         msg = f"step {prefix + name!r}: its recorded output is not the dict of its steps' outputs"
         raise RunArgumentError(msg)
-    child_graph = graph_of(cast("Workflow", graph.steps[graph.index[name]].run))
+    child_graph = graph_of(graph.steps[graph.index[name]].run)
     recorded = {n: output[n] for n in child_graph.names if n in output}
     # The parent's rows of this child (its own path dropped), as the child had them.
     below = f"{join_path(name)}/"

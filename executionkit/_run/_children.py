@@ -17,11 +17,11 @@ a map ``step/item key/child step``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from executionkit._define._listeners import Forwarded
-from executionkit._define._questions import join_path
-from executionkit._errors import BudgetExceeded
+from executionkit._paths import child_run_id, join_path
+from executionkit._record._result import BudgetExceeded
 from executionkit._run._outcome import Unfinished
 from executionkit._run._policies import PARENT_STEP, SHARED_SLOTS
 from executionkit._types import TokenUsage
@@ -29,24 +29,30 @@ from executionkit.events import StepInvalidated
 
 if TYPE_CHECKING:
     import asyncio
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Coroutine, Mapping
 
     from executionkit._checkpoint._value import WorkflowCheckpoint
     from executionkit._define._options import RunOptions
+    from executionkit._define._step import Step
     from executionkit._record._record import Record
     from executionkit._record._result import WorkflowResult
     from executionkit._run._checkpointer import Checkpointer
     from executionkit._run._policies import Slots
-    from executionkit._workflow import Workflow
 
 
-def child_run_id(parent: str, step: str, key: str | None) -> str:
-    """The run_id of a child: the parent's, ``/``, then the step name and item key.
+class Child(Protocol):
+    """A sub-workflow as its parent runs it: `Workflow` is one.
 
-    The step name and key are escaped and joined as in a question path
-    (`join_path`), so no two children of a run share a run_id.
+    A protocol, so that the runner never imports the façade: the child is run
+    through its own ``run``, the one entry every run takes (options checked,
+    the store's claim taken), with the parent's checkpointing in place.
     """
-    return f"{parent}/{join_path(step) if key is None else join_path(step, key)}"
+
+    @property
+    def steps(self) -> tuple[Step, ...]: ...
+
+    @property
+    def run(self) -> Callable[..., Coroutine[Any, Any, WorkflowResult]]: ...
 
 
 class ChildRuns:
@@ -116,7 +122,7 @@ class ChildRuns:
         return self._checkpointer.save_soon(asyncio.get_running_loop())
 
     async def run(
-        self, name: str, workflow: Workflow, context: Mapping[str, Any], key: str | None = None
+        self, name: str, workflow: Child, context: Mapping[str, Any], key: str | None = None
     ) -> dict[str, Any] | Unfinished:
         """Run (or resume) the child of step ``name`` (item ``key``); return its outputs.
 
@@ -157,7 +163,7 @@ class ChildRuns:
             self._record.items.spent(name, result.cost)
         return dict(result.outputs)
 
-    def _report(self, prefix: str, workflow: Workflow, result: WorkflowResult) -> None:
+    def _report(self, prefix: str, workflow: Child, result: WorkflowResult) -> None:
         """Note what the child invalidated and discarded in the parent's record, by path."""
         record = self._record
         own = {step.name for step in workflow.steps}

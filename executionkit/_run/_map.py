@@ -15,11 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from executionkit._record._items import item_pairs
+from executionkit._record._items import MapDone, item_pairs
 from executionkit._run._aio import task_maker, wait_through
 from executionkit._run._outcome import FAILED, UNFINISHED, VALUE, Unfinished, caught
 from executionkit.events import ItemStarted, MapStarted, StepInvalidated
@@ -33,14 +32,6 @@ if TYPE_CHECKING:
     from executionkit._run._checkpointer import Checkpointer
     from executionkit._run._outcome import Ending, Landing
     from executionkit._run._policies import Policies, Slots
-
-
-@dataclass(frozen=True, slots=True)
-class MapDone:
-    """What a map step returns once every item is recorded: the keys, in item order."""
-
-    keys: tuple[str, ...]
-    mapping: bool
 
 
 class MapRun:

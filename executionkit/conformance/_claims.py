@@ -7,7 +7,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from executionkit._errors import RunClaimedError
-from executionkit._run._ownership import RunOwner
+from executionkit._owner import RunOwner
 from executionkit.conformance._names import CLAIMS, RUN_ID, StoreConformanceError
 from executionkit.conformance._report import preview
 

@@ -8,12 +8,15 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from executionkit._checkpoint._value import WorkflowCheckpoint
-from executionkit._define._step import Step
-from executionkit._errors import WorkflowFailed
-from executionkit._run._step_context import current_step
-from executionkit._types import PatternResult, TokenUsage
-from executionkit._workflow import Workflow
+from executionkit import (
+    PatternResult,
+    Step,
+    TokenUsage,
+    Workflow,
+    WorkflowCheckpoint,
+    WorkflowFailed,
+    current_step,
+)
 from executionkit.conformance._names import RUN_ID
 
 _CONTEXT = {"document": "never stored: only this key's name is"}

@@ -22,7 +22,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, TextIO
 
-from executionkit._define._questions import join_path
+from executionkit._paths import join_path
 from executionkit._terminal import one_line, show
 from executionkit._types import TokenUsage
 from executionkit.events import (

@@ -11,8 +11,8 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from executionkit._define._questions import join_path, split_path
-from executionkit._errors import BudgetExceeded, WorkflowFailed
+from executionkit._paths import join_path, split_path
+from executionkit._record._result import BudgetExceeded, WorkflowFailed
 from executionkit._terminal import one_line, show
 
 if TYPE_CHECKING:

@@ -53,7 +53,7 @@ Each of them passes `executionkit.conformance.check_store`.
 from __future__ import annotations
 
 from executionkit._errors import ClaimLostError, RunClaimedError, StaleCheckpointError
-from executionkit._run._ownership import RunOwner
+from executionkit._owner import RunOwner
 from executionkit.stores._history import CheckpointInfo, CheckpointNotKeptError
 from executionkit.stores._json_file import JsonFileStore
 from executionkit.stores._json_lines import JsonLinesStore

@@ -29,7 +29,7 @@ import time
 from typing import TYPE_CHECKING, NoReturn
 
 from executionkit._errors import RunClaimedError
-from executionkit._run._ownership import RunOwner
+from executionkit._owner import RunOwner
 from executionkit.stores._files import check_regular
 
 if sys.platform != "win32":

@@ -17,7 +17,7 @@ from executionkit.stores._files import FileId, fsync_folder, path_id, read_bytes
 
 if TYPE_CHECKING:
     from executionkit._checkpoint._value import WorkflowCheckpoint
-    from executionkit._run._ownership import RunOwner
+    from executionkit._owner import RunOwner
 
 
 class JsonFileStore:

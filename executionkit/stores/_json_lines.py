@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from executionkit._checkpoint._ledger import LedgerEntry
-    from executionkit._run._ownership import RunOwner
+    from executionkit._owner import RunOwner
 
 
 @dataclass

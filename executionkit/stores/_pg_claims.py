@@ -24,7 +24,7 @@ from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
 from executionkit._errors import ClaimLostError, RunClaimedError, safe_str
-from executionkit._run._ownership import RunOwner
+from executionkit._owner import RunOwner
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
     from executionkit._checkpoint._value import WorkflowCheckpoint
-    from executionkit._run._ownership import RunOwner
+    from executionkit._owner import RunOwner
     from executionkit.stores._history import CheckpointInfo
     from executionkit.stores._sql_next import Known, NextSave
     from executionkit.stores._sql_schema import Rows

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from executionkit._checkpoint._value import WorkflowCheckpoint
-    from executionkit._run._ownership import RunOwner
+    from executionkit._owner import RunOwner
     from executionkit.stores._history import CheckpointInfo
     from executionkit.stores._sql_next import Known, NextSave
 

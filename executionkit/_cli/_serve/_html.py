@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from executionkit._cli._serve._svg import graph_svg
-from executionkit._define._questions import join_path
+from executionkit._paths import join_path
 from executionkit._terminal import json_text
 
 if TYPE_CHECKING:

@@ -27,14 +27,15 @@ from executionkit._cli._exits import CliError
 from executionkit._cli._location import DatabaseLocation, FileLocation
 from executionkit._cli._maps import failed_items, recorded_steps, unfinished_maps
 from executionkit._cli._text import error_text
-from executionkit._define._questions import split_path, waiting_in
+from executionkit._define._questions import waiting_in
+from executionkit._paths import split_path
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping  # noqa: TC004 - dataclass annotations stay strings
 
     from executionkit._checkpoint._value import WorkflowCheckpoint
     from executionkit._cli._location import Location  # noqa: TC004 - dataclass annotations stay strings
-    from executionkit._run._ownership import RunOwner
+    from executionkit._owner import RunOwner
     from executionkit._workflow import Workflow  # noqa: TC004 - dataclass annotations stay strings
 
 STATUSES = ("running", "waiting", "failed", "finished")
