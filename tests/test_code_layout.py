@@ -5,7 +5,7 @@ one step and one map item through the runner, function by function; decision
 0006 names the parts of a run. A contributor looks those names up, so every one
 written in backticks is checked against the code:
 
-- ``Class.member`` (``Run.ended``, ``Record.snapshot()``): a class of that name
+- ``Class.member`` (``Run.ended``, ``Snapshots.take()``): a class of that name
   in some executionkit module has that method or attribute (instance attributes
   set in ``__init__`` count);
 - ``module.name`` of executionkit (``_map.drive``, ``executionkit._run._runner.Run``):
@@ -348,7 +348,7 @@ def test_a_name_alone_in_a_row_is_owned_by_that_row() -> None:
 def test_the_checker_finds_names_that_do_not_exist() -> None:
     """Gone methods, modules, classes, files and method counts are reported; real ones are not."""
     text = (
-        "`Run.ended` `Record.land_item` `Record.snapshot()` `_map.drive` `_Driver._one` "
+        "`Run.ended` `Record.land_item` `Snapshots.take()` `_map.drive` `_Driver._one` "
         "`executionkit._run._runner.Run` `Running.count` `asyncio.Task` `self._exit` `_exit` "
         "`KeyboardInterrupt` `_run/_runner.py` `stores/_sqlite.py` `tests/cancel_harness.py` "
         "three-method `Landing`; `Items.add` (`_record/_items.py`)"

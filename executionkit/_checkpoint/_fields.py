@@ -327,3 +327,17 @@ def info_dict(info: Mapping[str, Any]) -> dict[str, Any]:
     if "kind" in info:
         entry["kind"] = info["kind"]
     return entry
+
+
+def needs_version_4(path: str, value: object, version: int) -> None:
+    """Raise for a format 4 field given (non-empty) in a checkpoint of an older version."""
+    if value and version < 4:  # noqa: PLR2004 - the version that introduced it
+        msg = f"checkpoint field {path!r} needs format version 4, got version {version}"
+        raise CheckpointFormatError(msg, path=path)
+
+
+def optional_str(value: object, path: str) -> str | None:
+    """``value`` if it is a non-empty str or None; else raise naming ``path``."""
+    if value is not None and (type(value) is not str or not value):
+        fail(path, "a non-empty str or None", value)
+    return value

@@ -1,32 +1,43 @@
-"""The cost ledger: what every attempt of every step spent, whether it succeeded or not.
+"""The cost ledger as a checkpoint holds it: its rows, what they add up to, reading them.
 
-A step reports usage as it spends it (`StepContext.add_usage`) and through
-``PatternResult.cost``; both land in the open `Spend` of its attempt. When the
-attempt ends, `Ledger.close` turns the spend into `LedgerEntry` rows (one per
-model), with how the attempt ended, and returns their total for the run's
-``cost``. An attempt that spent nothing and ended well leaves no row, so a run
-that reports no usage pays one dict entry per attempt and nothing more.
-
-The ledger is append-only, like the output log: a checkpoint holds how many
-rows it covers, and ``new_ledger`` (the rows since the previous checkpoint)
-lets an incremental store write each row once. Attempts open when a
-checkpoint is taken are listed in its ``in_flight``; a resume from it records
-each as ``"unknown"`` (usage not known, never silently zero).
+Every attempt of every step that spent something leaves `LedgerEntry` rows (one
+per model) with how it ended; `Spending` adds them up. The ledger is
+append-only, like the output log: a checkpoint holds how many rows it covers,
+and ``new_ledger`` (the rows since the previous checkpoint) lets an incremental
+store write each row once. Attempts open when a checkpoint is taken are listed
+in its ``in_flight``; a resume from it records each as ``"unknown"`` (usage not
+known, never silently zero). The readers here check the ``ledger``,
+``new_ledger`` and ``in_flight`` fields, naming the path of anything wrong.
+How a run keeps its ledger while it runs is `executionkit._record._ledger`.
 """
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from executionkit._checkpoint._fields import (
+    fail,
+    needs_version_4,
+    optional_str,
+    read_count,
+)
 from executionkit._types import TokenUsage
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Iterable, Mapping
 
-__all__ = ["OUTCOMES", "WASTED", "ZERO", "Ledger", "LedgerEntry", "Spend", "Spending"]
+__all__ = [
+    "OUTCOMES",
+    "WASTED",
+    "ZERO",
+    "LedgerEntry",
+    "Spending",
+    "read_in_flight",
+    "read_ledger",
+    "read_new_ledger",
+]
 
 OUTCOMES = ("ok", "failed", "timeout", "cancelled", "unknown", "late", "override")
 """How the attempt of a ledger row ended.
@@ -43,7 +54,6 @@ WASTED = frozenset({"failed", "timeout", "cancelled", "unknown", "late"})
 
 ZERO = TokenUsage()
 _ZERO = ZERO
-_FIRST_REPORT = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,154 +94,6 @@ class LedgerEntry:
             usage.input_tokens,
             usage.output_tokens,
             usage.llm_calls,
-        ]
-
-
-class Spend:
-    """The usage reported by one attempt so far, by model.
-
-    `add` may be called from any thread the attempt runs in: it only appends
-    to a list (atomic in CPython); the loop reads it once the attempt ended.
-    """
-
-    __slots__ = ("attempt", "reported")
-
-    def __init__(self, attempt: int) -> None:
-        self.attempt = attempt
-        self.reported: list[tuple[str | None, TokenUsage]] = []
-
-    def add(self, usage: TokenUsage, model: str | None) -> None:
-        self.reported.append((model, usage))
-
-    def by_model(self, extra: TokenUsage | None) -> dict[str | None, TokenUsage]:
-        """The usage by model, ``extra`` (a result's cost) counted with no model."""
-        totals: dict[str | None, TokenUsage] = {}
-        for model, usage in self.reported:
-            totals[model] = totals.get(model, _ZERO) + usage
-        if extra is not None and extra != _ZERO:
-            totals[None] = totals.get(None, _ZERO) + extra
-        return totals
-
-
-def _never(step: str, key: str | None) -> bool:
-    del step, key
-    return False
-
-
-class Ledger:
-    """The ledger of one run: its rows (restored and new) and the attempts open now."""
-
-    __slots__ = ("ended", "entries", "late", "open", "restored")
-
-    def __init__(self, restored: Iterable[LedgerEntry] = ()) -> None:
-        self.entries: list[LedgerEntry] = list(restored)
-        self.restored = len(self.entries)
-        # (step, item key) -> its attempt running now: the attempt's number until it
-        # reports usage (no object per attempt for steps that never do), then its Spend.
-        self.open: dict[tuple[str, str | None], int | Spend] = {}
-        # Whether the attempt of a step (item) has ended: set by the run's record.
-        self.ended: Callable[[str, str | None], bool] = _never
-        # Usage reported after its attempt ended, waiting for the loop to book it.
-        self.late: list[LedgerEntry] = []
-
-    def begin(self, step: str, key: str | None, attempt: int) -> None:
-        """An attempt starts: note it as open."""
-        self.open[step, key] = attempt
-
-    def add(
-        self, step: str, key: str | None, attempt: int, usage: TokenUsage, model: str | None
-    ) -> None:
-        """Usage reported by a running attempt (from any thread).
-
-        An attempt is open from its first report (a single attempt) or from
-        `begin` (an attempt of a step that retries or times out), until `close`.
-        Usage of an attempt that already ended (``ended(step, key)``, given by
-        the run) is booked as ``"late"``.
-        """
-        opened = self.open.get((step, key))
-        if not isinstance(opened, Spend) or opened.attempt != attempt:
-            with _FIRST_REPORT:  # two threads of one attempt may report first at once
-                opened = self.open.get((step, key))
-                fresh = opened is None and not self.ended(step, key)
-                if fresh or (type(opened) is int and opened == attempt):
-                    opened = self.open[step, key] = Spend(attempt)
-        if isinstance(opened, Spend) and opened.attempt == attempt:
-            opened.add(usage, model)
-        else:
-            self.late.append(LedgerEntry(step, key, attempt, "late", model, usage))
-
-    def close(
-        self,
-        step: str,
-        key: str | None,
-        outcome: str,
-        extra: TokenUsage | None = None,
-        attempt: int = 1,
-    ) -> TokenUsage:
-        """The attempt of ``step`` (item ``key``) ended: write its rows; return their total.
-
-        ``extra`` is the usage its result reported (``PatternResult.cost``).
-        Without an open spend (an attempt that never reported usage), the
-        attempt is number ``attempt``.
-        """
-        spend = self.open.pop((step, key), None)
-        if not isinstance(spend, Spend):
-            if extra is None or extra == _ZERO:
-                return _ZERO
-            number = attempt if spend is None else spend
-            self.entries.append(LedgerEntry(step, key, number, outcome, None, extra))
-            return extra
-        if not spend.reported and (extra is None or extra == _ZERO):
-            return _ZERO
-        total = _ZERO
-        append = self.entries.append
-        for model, usage in spend.by_model(extra).items():
-            append(LedgerEntry(step, key, spend.attempt, outcome, model, usage))
-            total += usage
-        return total
-
-    def book_late(self, *, closing: bool = False) -> TokenUsage:
-        """Write the rows of usage reported late; return their total.
-
-        ``closing``: the run has stopped every attempt, so a spend still open
-        got its usage after its attempt ended: it is late too.
-        """
-        if closing and self.open:
-            for (step, key), opened in list(self.open.items()):
-                if isinstance(opened, Spend):
-                    for model, usage in opened.by_model(None).items():
-                        self.late.append(
-                            LedgerEntry(step, key, opened.attempt, "late", model, usage)
-                        )
-            self.open.clear()
-        if not self.late:
-            return _ZERO
-        late, self.late = self.late, []
-        self.entries += late
-        total = _ZERO
-        for entry in late:
-            total += entry.usage
-        return total
-
-    def unknown(self, in_flight: Iterable[tuple[str, str | None, int]]) -> None:
-        """Attempts a resumed checkpoint found running: their usage is unknown."""
-        for step, key, attempt in in_flight:
-            self.entries.append(LedgerEntry(step, key, attempt, "unknown", None, _ZERO))
-
-    def in_flight(self) -> tuple[tuple[str, str | None, int], ...]:
-        """The attempts open now, for a checkpoint's ``in_flight``."""
-        return tuple(
-            (step, key, opened if type(opened) is int else opened.attempt)  # type: ignore[union-attr]
-            for (step, key), opened in self.open.items()
-        )
-
-    def extend(self, prefix: str, rows: Iterable[LedgerEntry]) -> None:
-        """Rows of a sub-workflow, each under this run's path ``prefix/step``."""
-        self.entries += [
-            LedgerEntry(
-                f"{prefix}/{row.step}", row.item, row.attempt, row.outcome, row.model, row.usage
-            )
-            for row in rows
         ]
 
 
@@ -317,3 +179,71 @@ def _summed(pairs: list[tuple[LedgerEntry, bool]]) -> Spending:
 
 
 _NOTHING = Spending((), _ZERO, _ZERO, 0, _ZERO, _ZERO)
+
+
+_ROW_LENGTH = 8
+_OUTCOMES_TEXT = ", ".join(map(repr, OUTCOMES))
+
+
+def _row(value: object, path: str) -> LedgerEntry:
+    if isinstance(value, LedgerEntry):
+        fields: Any = value.to_list()
+    elif isinstance(value, (list, tuple)) and len(value) == _ROW_LENGTH:
+        fields = value
+    else:
+        expected = "a list of 8 values [step, item, attempt, outcome, model, in, out, calls]"
+        fail(path, expected, value)
+    step, item, attempt, outcome, model, tokens_in, tokens_out, calls = fields
+    if type(step) is not str or not step:
+        fail(f"{path}[0]", "a step path (a non-empty str)", step)
+    optional_str(item, f"{path}[1]")
+    if type(attempt) is not int or attempt < 1:
+        fail(f"{path}[2]", "an attempt number (an int of at least 1)", attempt)
+    if outcome not in OUTCOMES or type(outcome) is not str:
+        fail(f"{path}[3]", f"one of {_OUTCOMES_TEXT}", outcome)
+    optional_str(model, f"{path}[4]")
+    usage = TokenUsage(
+        read_count(tokens_in, f"{path}[5]"),
+        read_count(tokens_out, f"{path}[6]"),
+        read_count(calls, f"{path}[7]"),
+    )
+    if isinstance(value, LedgerEntry):
+        return value
+    return LedgerEntry(step, item, attempt, outcome, model, usage)
+
+
+def read_ledger(value: object, version: int) -> tuple[LedgerEntry, ...]:
+    """``ledger``: a list of rows, each checked at ``ledger[i]``."""
+    if not isinstance(value, (list, tuple)):
+        fail("ledger", "a list of ledger rows", value)
+    needs_version_4("ledger", value, version)
+    return tuple(_row(row, f"ledger[{index}]") for index, row in enumerate(value))
+
+
+def read_new_ledger(value: object, ledger: tuple[LedgerEntry, ...]) -> tuple[LedgerEntry, ...]:
+    """``new_ledger``: the last rows of ``ledger`` (those since the previous checkpoint)."""
+    if not isinstance(value, tuple) or len(value) > len(ledger):
+        fail("new_ledger", "a tuple of the last rows of 'ledger'", value)
+    if value and tuple(ledger[len(ledger) - len(value) :]) != value:
+        fail("new_ledger", "a tuple of the last rows of 'ledger'", value)
+    return value
+
+
+def read_in_flight(value: object, version: int) -> tuple[tuple[str, str | None, int], ...]:
+    """``in_flight``: ``[step path, item key or None, attempt]`` for each attempt running."""
+    if not isinstance(value, (list, tuple)):
+        fail("in_flight", "a list of [step, item, attempt]", value)
+    needs_version_4("in_flight", value, version)
+    attempts: list[tuple[str, str | None, int]] = []
+    for index, entry in enumerate(value):
+        path = f"in_flight[{index}]"
+        if not isinstance(entry, (list, tuple)) or len(entry) != 3:  # noqa: PLR2004
+            fail(path, "a list [step, item, attempt]", entry)
+        step, item, attempt = entry
+        if type(step) is not str or not step:
+            fail(f"{path}[0]", "a step path (a non-empty str)", step)
+        optional_str(item, f"{path}[1]")
+        if type(attempt) is not int or attempt < 1:
+            fail(f"{path}[2]", "an attempt number (an int of at least 1)", attempt)
+        attempts.append((step, item, attempt))
+    return tuple(attempts)

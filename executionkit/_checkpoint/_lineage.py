@@ -1,4 +1,4 @@
-"""Reading the format 4 fields of a checkpoint: the ledger, attempts in flight, trace, lineage.
+"""Where a run comes from: the ``trace`` it continues and the ``lineage`` of a fork.
 
 Each reader checks its own field and names the path of anything wrong, as the
 readers of `executionkit._checkpoint._fields` do (decision 0010).
@@ -10,10 +10,14 @@ import re
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from executionkit._checkpoint._fields import check_keys, fail, read_count, read_dict
-from executionkit._checkpoint._ledger import OUTCOMES, LedgerEntry
-from executionkit._errors import CheckpointFormatError
-from executionkit._types import TokenUsage
+from executionkit._checkpoint._fields import (
+    check_keys,
+    fail,
+    needs_version_4,
+    optional_str,
+    read_count,
+    read_dict,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -21,93 +25,12 @@ if TYPE_CHECKING:
 __all__ = [
     "LINEAGE_KEYS",
     "lineage_dict",
-    "read_in_flight",
-    "read_ledger",
     "read_lineage",
-    "read_new_ledger",
     "read_trace",
 ]
 
-_ROW_LENGTH = 8
-_OUTCOMES_TEXT = ", ".join(map(repr, OUTCOMES))
 _TRACEPARENT = re.compile(r"[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}")
 LINEAGE_KEYS = frozenset({"parent_run_id", "parent_seq", "overridden", "rerun", "note"})
-
-
-def _needs_version_4(path: str, value: object, version: int) -> None:
-    if value and version < 4:  # noqa: PLR2004 - the version that introduced it
-        msg = f"checkpoint field {path!r} needs format version 4, got version {version}"
-        raise CheckpointFormatError(msg, path=path)
-
-
-def _optional_str(value: object, path: str) -> str | None:
-    if value is not None and (type(value) is not str or not value):
-        fail(path, "a non-empty str or None", value)
-    return value
-
-
-def _row(value: object, path: str) -> LedgerEntry:
-    if isinstance(value, LedgerEntry):
-        fields: Any = value.to_list()
-    elif isinstance(value, (list, tuple)) and len(value) == _ROW_LENGTH:
-        fields = value
-    else:
-        expected = "a list of 8 values [step, item, attempt, outcome, model, in, out, calls]"
-        fail(path, expected, value)
-    step, item, attempt, outcome, model, tokens_in, tokens_out, calls = fields
-    if type(step) is not str or not step:
-        fail(f"{path}[0]", "a step path (a non-empty str)", step)
-    _optional_str(item, f"{path}[1]")
-    if type(attempt) is not int or attempt < 1:
-        fail(f"{path}[2]", "an attempt number (an int of at least 1)", attempt)
-    if outcome not in OUTCOMES or type(outcome) is not str:
-        fail(f"{path}[3]", f"one of {_OUTCOMES_TEXT}", outcome)
-    _optional_str(model, f"{path}[4]")
-    usage = TokenUsage(
-        read_count(tokens_in, f"{path}[5]"),
-        read_count(tokens_out, f"{path}[6]"),
-        read_count(calls, f"{path}[7]"),
-    )
-    if isinstance(value, LedgerEntry):
-        return value
-    return LedgerEntry(step, item, attempt, outcome, model, usage)
-
-
-def read_ledger(value: object, version: int) -> tuple[LedgerEntry, ...]:
-    """``ledger``: a list of rows, each checked at ``ledger[i]``."""
-    if not isinstance(value, (list, tuple)):
-        fail("ledger", "a list of ledger rows", value)
-    _needs_version_4("ledger", value, version)
-    return tuple(_row(row, f"ledger[{index}]") for index, row in enumerate(value))
-
-
-def read_new_ledger(value: object, ledger: tuple[LedgerEntry, ...]) -> tuple[LedgerEntry, ...]:
-    """``new_ledger``: the last rows of ``ledger`` (those since the previous checkpoint)."""
-    if not isinstance(value, tuple) or len(value) > len(ledger):
-        fail("new_ledger", "a tuple of the last rows of 'ledger'", value)
-    if value and tuple(ledger[len(ledger) - len(value) :]) != value:
-        fail("new_ledger", "a tuple of the last rows of 'ledger'", value)
-    return value
-
-
-def read_in_flight(value: object, version: int) -> tuple[tuple[str, str | None, int], ...]:
-    """``in_flight``: ``[step path, item key or None, attempt]`` for each attempt running."""
-    if not isinstance(value, (list, tuple)):
-        fail("in_flight", "a list of [step, item, attempt]", value)
-    _needs_version_4("in_flight", value, version)
-    attempts: list[tuple[str, str | None, int]] = []
-    for index, entry in enumerate(value):
-        path = f"in_flight[{index}]"
-        if not isinstance(entry, (list, tuple)) or len(entry) != 3:  # noqa: PLR2004
-            fail(path, "a list [step, item, attempt]", entry)
-        step, item, attempt = entry
-        if type(step) is not str or not step:
-            fail(f"{path}[0]", "a step path (a non-empty str)", step)
-        _optional_str(item, f"{path}[1]")
-        if type(attempt) is not int or attempt < 1:
-            fail(f"{path}[2]", "an attempt number (an int of at least 1)", attempt)
-        attempts.append((step, item, attempt))
-    return tuple(attempts)
 
 
 def read_trace(value: object, version: int) -> str | None:
@@ -121,7 +44,7 @@ def read_trace(value: object, version: int) -> str | None:
             "a W3C traceparent str such as '00-<32 hex>-<16 hex>-01' (ids not all zero) or None",
             value,
         )
-    _needs_version_4("trace", value, version)
+    needs_version_4("trace", value, version)
     return match[0]
 
 
@@ -136,7 +59,7 @@ def read_lineage(value: object, version: int) -> Mapping[str, Any]:
     lineage = read_dict(value, "lineage")
     if not lineage:
         return MappingProxyType({})
-    _needs_version_4("lineage", lineage, version)
+    needs_version_4("lineage", lineage, version)
     check_keys(lineage, LINEAGE_KEYS, where="lineage.")
     parent = lineage["parent_run_id"]
     if type(parent) is not str or not parent:
@@ -147,7 +70,7 @@ def read_lineage(value: object, version: int) -> Mapping[str, Any]:
             "parent_seq": read_count(lineage["parent_seq"], "lineage.parent_seq"),
             "overridden": _names(lineage["overridden"], "lineage.overridden"),
             "rerun": _names(lineage["rerun"], "lineage.rerun"),
-            "note": _optional_str(lineage["note"], "lineage.note"),
+            "note": optional_str(lineage["note"], "lineage.note"),
         }
     )
 

@@ -37,15 +37,13 @@ from executionkit._checkpoint._fields import (
     usage_dict,
 )
 from executionkit._checkpoint._kinds import read_kinds, read_new_items
-from executionkit._checkpoint._ledger import LedgerEntry
-from executionkit._checkpoint._lineage import (
-    lineage_dict,
+from executionkit._checkpoint._ledger import (
+    LedgerEntry,
     read_in_flight,
     read_ledger,
-    read_lineage,
     read_new_ledger,
-    read_trace,
 )
+from executionkit._checkpoint._lineage import lineage_dict, read_lineage, read_trace
 from executionkit._errors import CheckpointFormatError, preview
 from executionkit._types import TokenUsage
 

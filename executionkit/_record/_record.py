@@ -13,22 +13,20 @@ changed since the last checkpoint was handed over.
 
 from __future__ import annotations
 
-import time
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from executionkit._checkpoint._ledger import ZERO, Ledger, Spending
-from executionkit._checkpoint._output_log import Extended, OutputLog
-from executionkit._checkpoint._value import SharedFields, WorkflowCheckpoint, trusted_checkpoint
+from executionkit._checkpoint._ledger import ZERO
+from executionkit._checkpoint._output_log import OutputLog
+from executionkit._checkpoint._value import SharedFields, WorkflowCheckpoint
 from executionkit._paths import join_path
 from executionkit._plain import plain_copy
 from executionkit._record._children import Children
 from executionkit._record._in_flight import InFlight
 from executionkit._record._items import Items
+from executionkit._record._ledger import Ledger
 from executionkit._record._questions import Questions
-from executionkit._record._result import BudgetExceeded, WorkflowFailed, WorkflowResult
 from executionkit._record._skips import Skips
-from executionkit._record._snapshots import describe_exactly, describe_rooms, error_texts
 from executionkit._resume._restore import Restored, restore
 from executionkit._types import PatternResult, TokenUsage
 
@@ -103,9 +101,9 @@ class Record:
         # it saw, and `saved` is the last count that was handed over.
         self.changes = 0
         self.saved = 0
-        self.last: WorkflowCheckpoint | None = options.resume_from
         self._start_ledger(graph, options, state, tuple(sorted(context)))
-        self._snapshot_length = len(self.log)
+        # Outputs the checkpoint resumed from holds: those after it are new in the next one.
+        self.resumed_length = len(self.log)
         # Names a mid-batch checkpoint announced as new before they were merged.
         self.reported: set[str] = set()
         # The rooms of the kinds of step that record more than an output, each its own
@@ -121,7 +119,7 @@ class Record:
         self.rooms = (self.items, self.questions, self.children)
         self._maps = graph.maps
         # Only graphs with such steps can have anything in those rooms.
-        self._maps_asks_children = bool(graph.maps or graph.asks or graph.workflows)
+        self.has_rooms = bool(graph.maps or graph.asks or graph.workflows)
         if options.answers or state.pending:
             self._answer(options.answers)
         # Every output the log gets from here on is of a step this run executed (merge).
@@ -157,8 +155,7 @@ class Record:
         # Ledger rows the checkpoint resumed from holds: the next checkpoint's new rows
         # start after them (rows of attempts it found running come first).
         resumed = options.resume_from
-        self._rows = 0 if resumed is None else len(resumed.ledger)
-        if len(self.ledger.entries) != self._rows:
+        if len(self.ledger.entries) != (0 if resumed is None else len(resumed.ledger)):
             self.changes += 1  # the unknown attempts: saved by the first checkpoint
 
     def _attempt_ended(self, name: str, key: str | None) -> bool:
@@ -399,103 +396,6 @@ class Record:
     def unsaved(self) -> bool:
         """Whether anything changed since the last checkpoint handed over."""
         return self.changes != self.saved
-
-    def snapshot(self) -> WorkflowCheckpoint:
-        """Take a checkpoint of everything recorded (and landed) so far."""
-        self.seq += 1
-        log = self.log
-        since = self._snapshot_length
-        length = self._snapshot_length = len(log.names)
-        # Every other field is computed from these when first read (see
-        # executionkit._checkpoint._value._Deferred): most checkpoints are stored or
-        # dropped without anyone reading their views or timestamp.
-        ledger = self.ledger
-        if ledger.late:
-            self.book_late()
-        rows_since = self._rows
-        rows = self._rows = len(ledger.entries)
-        fields: dict[str, Any] = {
-            "step_index": length,
-            "cost": self.cost,
-            "seq": self.seq,
-            "_shared": self.shared,
-            "_since": since,
-            "_rows": rows,
-            "_ns": time.time_ns(),
-        }
-        if rows != rows_since:
-            fields["_rows_since"] = rows_since  # new_ledger: the rows since (none without)
-        in_flight = self.in_flight
-        if ledger.open or in_flight.maps or self.landed:
-            fields["in_flight"] = in_flight.now()
-        elif in_flight.next_up:
-            # Only steps about to start: in_flight is computed when read. The list itself
-            # when none of them ended since it was listed (a batch's, nothing changed).
-            fields["_next"] = (
-                in_flight.next_up
-                if in_flight.listed_at == self.changes and not in_flight.growing
-                else in_flight.upcoming()
-            )
-        if self.failures:
-            fields["errors"] = error_texts(self)
-        if self.landed or self.progress or self.reported:
-            describe_exactly(self, fields, since)
-        if self._maps_asks_children and (self.items or self.questions or self.children):
-            describe_rooms(self, fields, length)
-        skips = self.skips
-        if skips.skipped or skips.decided:  # bool(skips), without the call
-            described = fields.get("step_info")
-            if described is None:
-                described = self.log.info(length, self.graph.step_info)
-            extra = self.skips.describe(fields, self.graph.step_info)
-            fields["step_info"] = MappingProxyType(Extended(described, extra))
-        checkpoint = trusted_checkpoint(fields)
-        self.last = checkpoint
-        return checkpoint
-
-    def latest(self) -> WorkflowCheckpoint:
-        """The checkpoint of everything recorded, taking one in memory if none is current."""
-        if self.last is None or self.changes != self.saved:
-            self.snapshot()
-            self.saved = self.changes
-        assert self.last is not None  # noqa: S101 - snapshot() sets it
-        return self.last
-
-    # --- how a run ends -------------------------------------------------------------------
-
-    def failure(self) -> WorkflowFailed:
-        """The `WorkflowFailed` for the failures recorded, with the latest checkpoint."""
-        names = self.graph.names
-        errors = {names[p]: exc for p, exc in sorted(self.failures.items())}
-        error = WorkflowFailed(errors, self.latest())
-        error.__cause__ = next(iter(errors.values()))
-        return error
-
-    def budget_exceeded(self) -> BudgetExceeded:
-        """The `BudgetExceeded` for the budget reached, with the latest checkpoint."""
-        assert self.budget is not None  # noqa: S101 - only called once over_budget() said so
-        return BudgetExceeded(self.latest(), self.cost, self.budget)
-
-    def result(self) -> WorkflowResult:
-        """The `WorkflowResult` of a run that completed."""
-        outputs = self.outputs
-        names = self.graph.names
-        if len(outputs) == len(names) and tuple(outputs) == names:
-            ordered = dict(outputs)  # landed in declaration order: one copy at C speed
-        else:
-            ordered = {name: outputs[name] for name in names if name in outputs}
-        return WorkflowResult(
-            outputs=MappingProxyType(ordered),
-            pending=MappingProxyType(self.waiting()),
-            cost=self.cost,
-            run_id=self.run_id,
-            executed=tuple(self.executed),
-            restored=self.restored,
-            invalidated=self.invalidated,
-            discarded=self.discarded,
-            skipped=self.skips.in_order() if self.skips.skipped else EMPTY,
-            spending=Spending.of(self.ledger.entries, self.ledger.restored),
-        )
 
 
 def _new_run_id() -> str:

@@ -1,23 +1,149 @@
-"""The fields of the checkpoints a `Record` cannot describe from its output log alone.
+"""The checkpoints of a run's `Record`, and what the run ends with, built from it.
 
-Parts of `executionkit._record._record.Record.snapshot`, for the rarer checkpoints: one
-taken mid-batch (outputs landed and not merged yet, or in-step progress), one
-with failures, and one describing the rooms (items of unfinished maps,
-questions, sub-workflows).
+The record holds state; `Snapshots` reads it. `Snapshots.take` builds a
+checkpoint in a few field assignments: every checkpoint of a run shares the
+record's output log and ledger, and covers a prefix of each. The rarer
+checkpoints need more, each from a function below: one taken mid-batch (outputs
+landed and not merged yet, or in-step progress, `describe_exactly`), one with
+failures (`error_texts`), and one describing the rooms (items of unfinished
+maps, questions, sub-workflows: `describe_rooms`). A run that ends builds its
+`WorkflowResult`, `WorkflowFailed` or `BudgetExceeded` here too.
 """
 
 from __future__ import annotations
 
+import time
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from executionkit._checkpoint._ledger import Spending
 from executionkit._checkpoint._output_log import Extended
+from executionkit._checkpoint._value import trusted_checkpoint
 from executionkit._errors import error_text
+from executionkit._record._result import BudgetExceeded, WorkflowFailed, WorkflowResult
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from executionkit._checkpoint._value import WorkflowCheckpoint
     from executionkit._record._record import Record
+
+EMPTY: MappingProxyType[str, Any] = MappingProxyType({})
+
+
+class Snapshots:
+    """Takes the checkpoints of one run's record and builds what the run ends with."""
+
+    __slots__ = ("_length", "_rows", "last", "record")
+
+    def __init__(self, record: Record, resumed: WorkflowCheckpoint | None) -> None:
+        """Serve ``record``, of a run that resumed from ``resumed`` (None: a fresh run)."""
+        self.record = record
+        # The last checkpoint taken (the one resumed from, before any).
+        self.last = resumed
+        # How much of the output log and of the ledger the last checkpoint covered.
+        self._length = record.resumed_length
+        self._rows = 0 if resumed is None else len(resumed.ledger)
+
+    def take(self) -> WorkflowCheckpoint:
+        """Take a checkpoint of everything recorded (and landed) so far."""
+        record = self.record
+        record.seq += 1
+        log = record.log
+        since = self._length
+        length = self._length = len(log.names)
+        # Every other field is computed from these when first read (see
+        # executionkit._checkpoint._value._Deferred): most checkpoints are stored or
+        # dropped without anyone reading their views or timestamp.
+        ledger = record.ledger
+        if ledger.late:
+            record.book_late()
+        rows_since = self._rows
+        rows = self._rows = len(ledger.entries)
+        fields: dict[str, Any] = {
+            "step_index": length,
+            "cost": record.cost,
+            "seq": record.seq,
+            "_shared": record.shared,
+            "_since": since,
+            "_rows": rows,
+            "_ns": time.time_ns(),
+        }
+        if rows != rows_since:
+            fields["_rows_since"] = rows_since  # new_ledger: the rows since (none without)
+        in_flight = record.in_flight
+        if ledger.open or in_flight.maps or record.landed:
+            fields["in_flight"] = in_flight.now()
+        elif in_flight.next_up:
+            # Only steps about to start: in_flight is computed when read. The list itself
+            # when none of them ended since it was listed (a batch's, nothing changed).
+            fields["_next"] = (
+                in_flight.next_up
+                if in_flight.listed_at == record.changes and not in_flight.growing
+                else in_flight.upcoming()
+            )
+        if record.failures:
+            fields["errors"] = error_texts(record)
+        if record.landed or record.progress or record.reported:
+            describe_exactly(record, fields, since)
+        if record.has_rooms and (record.items or record.questions or record.children):
+            describe_rooms(record, fields, length)
+        skips = record.skips
+        if skips.skipped or skips.decided:  # bool(skips), without the call
+            described = fields.get("step_info")
+            if described is None:
+                described = record.log.info(length, record.graph.step_info)
+            extra = record.skips.describe(fields, record.graph.step_info)
+            fields["step_info"] = MappingProxyType(Extended(described, extra))
+        checkpoint = trusted_checkpoint(fields)
+        self.last = checkpoint
+        return checkpoint
+
+    def latest(self) -> WorkflowCheckpoint:
+        """The checkpoint of everything recorded, taking one in memory if none is current."""
+        record = self.record
+        if self.last is None or record.changes != record.saved:
+            self.take()
+            record.saved = record.changes
+        assert self.last is not None  # noqa: S101 - take() sets it
+        return self.last
+
+    def failure(self) -> WorkflowFailed:
+        """The `WorkflowFailed` for the failures recorded, with the latest checkpoint."""
+        record = self.record
+        names = record.graph.names
+        errors = {names[p]: exc for p, exc in sorted(record.failures.items())}
+        error = WorkflowFailed(errors, self.latest())
+        error.__cause__ = next(iter(errors.values()))
+        return error
+
+    def budget_exceeded(self) -> BudgetExceeded:
+        """The `BudgetExceeded` for the budget reached, with the latest checkpoint."""
+        record = self.record
+        assert record.budget is not None  # noqa: S101 - only called once over_budget() said so
+        return BudgetExceeded(self.latest(), record.cost, record.budget)
+
+    def result(self) -> WorkflowResult:
+        """The `WorkflowResult` of a run that completed."""
+        record = self.record
+        outputs = record.outputs
+        names = record.graph.names
+        if len(outputs) == len(names) and tuple(outputs) == names:
+            ordered = dict(outputs)  # landed in declaration order: one copy at C speed
+        else:
+            ordered = {name: outputs[name] for name in names if name in outputs}
+        return WorkflowResult(
+            outputs=MappingProxyType(ordered),
+            pending=MappingProxyType(record.waiting()),
+            cost=record.cost,
+            run_id=record.run_id,
+            executed=tuple(record.executed),
+            restored=record.restored,
+            invalidated=record.invalidated,
+            discarded=record.discarded,
+            skipped=record.skips.in_order() if record.skips.skipped else EMPTY,
+            spending=Spending.of(record.ledger.entries, record.ledger.restored),
+        )
 
 
 def describe_exactly(record: Record, fields: dict[str, Any], since: int) -> None:

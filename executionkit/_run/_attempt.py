@@ -34,9 +34,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Generator, Mapping
     from concurrent.futures import Executor
 
-    from executionkit._checkpoint._ledger import Ledger
     from executionkit._define._graph import Graph
     from executionkit._define._step import Step
+    from executionkit._record._ledger import Ledger
     from executionkit._record._record import Record
     from executionkit._run._announcer import Announcer
     from executionkit._run._carry import Identity
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from executionkit._run._children import ChildRuns
     from executionkit._run._map import MapRun
     from executionkit._run._outcome import Ending, Landing
+    from executionkit._run._step_host import StepHost
 
 
 def _call_as(current: StepContext, run: Any, view: ContextView) -> Any:
@@ -135,6 +136,7 @@ class Attempts:
     __slots__ = (
         "_announcer",
         "_caller_context",
+        "_checkpointer",
         "_children",
         "_context",
         "_executor",
@@ -157,7 +159,8 @@ class Attempts:
         context: dict[str, Any],
         outputs: dict[str, Any],
         run_id: str,
-        host: Checkpointer,
+        host: StepHost,
+        checkpointer: Checkpointer,
         executor: Executor | None,
         announcer: Announcer,
         caller_context: contextvars.Context,
@@ -177,6 +180,7 @@ class Attempts:
         self._outputs = outputs
         self._run_id = run_id
         self._host = host
+        self._checkpointer = checkpointer
         self._executor = executor
         self._announcer = announcer
         self._caller_context = caller_context
@@ -410,7 +414,7 @@ class Attempts:
                 )
             if wasted != ZERO:
                 # What the failed attempt spent is saved before the next one starts.
-                self._host.save_later()
+                self._checkpointer.save_later()
             await asyncio.sleep(delay)
             attempt += 1
             if announcer.observed:

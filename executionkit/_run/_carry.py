@@ -19,7 +19,7 @@ from executionkit._run._step_context import CURRENT_STEP, StepContext
 if TYPE_CHECKING:
     import asyncio
 
-    from executionkit._checkpoint._ledger import Ledger
+    from executionkit._record._ledger import Ledger
     from executionkit._types import TokenUsage
 
 Identity = tuple[str, str, int, int, "str | None"]

@@ -6,9 +6,10 @@ write that is under way when the run is cancelled is awaited to its end, so a
 checkpoint is never half taken. A failing ``checkpoint_fn`` is annotated with
 what it was saving, and every later save raises the same error.
 
-Steps' in-step progress (`StepContext.save_progress`) is saved through it too:
-the value goes into the record and a saver task takes checkpoints until every
-step waiting for its value to be saved has been served.
+What cannot wait for the next batch is saved soon (`Checkpointer.save_soon`,
+`Checkpointer.save_later`): a step's in-step progress (through `StepHost`), map
+items, a child's checkpoints, the usage of a failed attempt. A saver task takes
+checkpoints until everything waiting for one has been served.
 """
 
 from __future__ import annotations
@@ -26,9 +27,8 @@ if TYPE_CHECKING:
 
     from executionkit._checkpoint._value import WorkflowCheckpoint
     from executionkit._define._options import CheckpointFn
-    from executionkit._record._record import Record
+    from executionkit._record._snapshots import Snapshots
     from executionkit._run._announcer import Announcer
-    from executionkit._types import TokenUsage
 
 
 def _retrieve(future: asyncio.Future[None]) -> None:
@@ -39,11 +39,11 @@ def _retrieve(future: asyncio.Future[None]) -> None:
 
 
 class Checkpointer:
-    """Takes checkpoints of a `Record` and hands them to ``checkpoint_fn``."""
+    """Takes checkpoints of a `Record` (`Snapshots.take`) and hands them to ``checkpoint_fn``."""
 
     def __init__(
         self,
-        record: Record,
+        snapshots: Snapshots,
         checkpoint_fn: CheckpointFn | None,
         announcer: Announcer,
         caller_context: contextvars.Context,
@@ -54,7 +54,8 @@ class Checkpointer:
         ``on_failure`` is called once ``checkpoint_fn`` has raised: nothing the
         run does from then on can be saved, so the run stops its steps.
         """
-        self._record = record
+        self._record = snapshots.record
+        self._snapshots = snapshots
         self._fn = checkpoint_fn
         self._announcer = announcer
         self._caller_context = caller_context
@@ -84,7 +85,7 @@ class Checkpointer:
         """
         fn = self._fn
         if fn is None:
-            return  # nothing to hand over; Record.latest() builds one if the run ends early
+            return  # nothing to hand over; Snapshots.latest() builds one if the run ends early
         if self._writing:
             await self._take_turn()
         else:
@@ -172,7 +173,7 @@ class Checkpointer:
         if record.changes == record.saved:
             return None
         covered = record.changes
-        checkpoint = record.snapshot()
+        checkpoint = self._snapshots.take()
         try:
             pending = fn(checkpoint)
         except Exception as exc:
@@ -230,30 +231,6 @@ class Checkpointer:
         self.storage_error = exc
         self._resolve_waiters(exc)
         self._on_failure()
-
-    # --- in-step progress (the host side of StepContext) ----------------------------------
-
-    def progress_of(self, name: str) -> Any:
-        """Return the progress value ``name`` saved last, or None."""
-        return self._record.progress.get(name)
-
-    def add_usage(
-        self, name: str, key: str | None, attempt: int, usage: TokenUsage, model: str | None
-    ) -> None:
-        """Usage reported by the running attempt of step ``name`` (item ``key``)."""
-        self._record.ledger.add(name, key, attempt, usage, model)
-
-    def save_progress(self, name: str, value: object) -> asyncio.Future[None]:
-        """Record ``value`` for step ``name``; the future resolves once it is checkpointed."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            msg = (
-                f"step {name!r}: save_progress() must be called on the event loop's thread "
-                f"(in the step itself), not from a worker thread"
-            )
-            raise RuntimeError(msg) from None
-        return self.save_soon(loop, self._record.save_progress(name, value))
 
     def save_soon(
         self, loop: asyncio.AbstractEventLoop, target: int | None = None

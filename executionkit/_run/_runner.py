@@ -31,6 +31,7 @@ from executionkit._define._frontier import Frontier
 from executionkit._define._listeners import tracers
 from executionkit._errors import CheckpointFormatError
 from executionkit._record._record import Record
+from executionkit._record._snapshots import Snapshots
 from executionkit._run._announcer import LOG, Announcer
 from executionkit._run._attempt import Attempts
 from executionkit._run._checkpointer import Checkpointer
@@ -39,6 +40,7 @@ from executionkit._run._map import MapRun
 from executionkit._run._outcome import FAILED, INTERRUPTED, VALUE, Ending, Landing, caught
 from executionkit._run._policies import PARENT_STEP, SHARED_SLOTS, Policies, Slots
 from executionkit._run._running import Running
+from executionkit._run._step_host import StepHost
 from executionkit.events import RunStarted
 
 if TYPE_CHECKING:
@@ -55,6 +57,7 @@ class Run(Landing):
         self._graph = graph
         self._options = options
         self._record = record = Record(graph, options)
+        self._snapshots = snapshots = Snapshots(record, options.resume_from)
         self._run_id = record.run_id
         # A sub-workflow's run takes its parent's slots: one pool for the whole run. Its
         # steps do not: a run a step starts by hand is a run of its own (sharing them,
@@ -74,7 +77,7 @@ class Run(Landing):
         )
         self._observed = announcer.observed
         self._checkpointer = checkpointer = Checkpointer(
-            record, options.checkpoint_fn, announcer, caller_context, self._storage_failed
+            snapshots, options.checkpoint_fn, announcer, caller_context, self._storage_failed
         )
         self._eager = options.schedule == "eager"
         self._resumed = options.resume_from is not None
@@ -96,7 +99,8 @@ class Run(Landing):
             context=options.context,
             outputs=record.outputs,
             run_id=record.run_id,
-            host=checkpointer,
+            host=StepHost(record, checkpointer),
+            checkpointer=checkpointer,
             executor=options.executor,
             announcer=announcer,
             caller_context=caller_context,
@@ -479,7 +483,7 @@ class Run(Landing):
         outcome = _outcome(
             self._interrupt,
             self._error or error or checkpointer.storage_error,
-            record,
+            self._snapshots,
             more=self._more,
         )
         if self._observed:
@@ -491,11 +495,11 @@ class Run(Landing):
             outcome = asyncio.CancelledError()
         if outcome is not None:
             raise outcome
-        return record.result()
+        return self._snapshots.result()
 
 
 def _outcome(
-    interrupt: BaseException | None, error: Exception | None, record: Record, *, more: bool
+    interrupt: BaseException | None, error: Exception | None, snapshots: Snapshots, *, more: bool
 ) -> BaseException | None:
     """What a run raises, or None when it completed.
 
@@ -511,8 +515,9 @@ def _outcome(
         return interrupt
     if error is not None:
         return error
+    record = snapshots.record
     if record.failures:
-        return record.failure()
+        return snapshots.failure()
     if more and record.over_budget():
-        return record.budget_exceeded()
+        return snapshots.budget_exceeded()
     return None

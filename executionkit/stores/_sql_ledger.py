@@ -125,7 +125,7 @@ class LedgerRows:
 
     def _entry(self, run_id: str, values: Sequence[object]) -> object:
         """A live row as the `LedgerEntry` it stores, or its raw values if it is no valid one."""
-        from executionkit._checkpoint._lineage import read_ledger  # noqa: PLC0415 - the row's checks
+        from executionkit._checkpoint._ledger import read_ledger  # noqa: PLC0415 - the row's checks
 
         try:
             return read_ledger([list(values)], 4)[0]

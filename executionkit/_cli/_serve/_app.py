@@ -19,6 +19,7 @@ from executionkit._define._questions import waiting_in
 if TYPE_CHECKING:
     from executionkit._checkpoint._value import WorkflowCheckpoint
     from executionkit._cli._serve._answers import Resumer  # noqa: TC004 - dataclass annotations stay strings
+    from executionkit._cli._serve._markup import Markup
     from executionkit._cli._serve._runs import Reader, Source  # noqa: TC004 - dataclass annotations stay strings
 
 
@@ -34,12 +35,12 @@ class App:
     hosts: frozenset[str] = frozenset()
 
     @property
-    def header(self) -> str:
-        """The bar at the top of every page."""
+    def header(self) -> Markup:
+        """The bar at the top of every page, as markup."""
         return header(self.source.location.label, self.workflow_spec)
 
-    def runs_page(self, page: int) -> tuple[str, str, bool]:
-        """The runs page ``page``: its main part, its title, whether it changes live."""
+    def runs_page(self, page: int) -> tuple[Markup, str, bool]:
+        """The runs page ``page``: its main part (markup), its title (text), whether it is live."""
         with self.source.reading() as reader:
             run_ids = reader.run_ids()
             pages = page_count(len(run_ids))
@@ -52,8 +53,8 @@ class App:
 
     def run_page(
         self, page_id: str, child: str | None, *, message: str | None = None
-    ) -> tuple[str, str, bool]:
-        """One run's page (``child``: a sub-workflow of it in progress)."""
+    ) -> tuple[Markup, str, bool]:
+        """One run's page (``child``: a sub-workflow of it in progress), as `runs_page` gives."""
         with self.source.reading() as reader:
             root = self._load(reader, page_id)
             status = self.source.status(reader, page_id, root)

@@ -1,9 +1,13 @@
-"""The pages, rendered on the server: every value goes through `html.escape` here.
+"""The pages, rendered on the server, built of `Markup` alone: no value reaches them raw.
 
-Outputs, questions, step names and errors are model or user text: nothing of
-them reaches the page unescaped. Pages link one stylesheet and one script from
-``/assets/`` and carry no inline script or style, so that the
-Content-Security-Policy the server sends can forbid both.
+Outputs, questions, step names and errors are model or user text. Every
+renderer here returns `Markup`, and every value gets into it through a hole of
+an `html` template, `markup` or `join` (`_markup`), which escape whatever is not
+markup already, attribute values included: there is no escape call to forget.
+Plain text (numbers, dates, a command line) is made as a `str` and escaped on
+its way in. Pages link one stylesheet and one script from ``/assets/`` and
+carry no inline script or style, so that the Content-Security-Policy the server
+sends can forbid both.
 """
 
 from __future__ import annotations
@@ -11,10 +15,10 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass, field
-from html import escape
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
+from executionkit._cli._serve._markup import Markup, html, join, markup
 from executionkit._cli._serve._svg import graph_svg
 from executionkit._paths import join_path
 from executionkit._terminal import json_text
@@ -28,78 +32,93 @@ if TYPE_CHECKING:
 
 PREVIEW_CHARS = 160
 SHOWN_FAILED_KEYS = 20
+_NO_RUN_ID = "(no run id)"
+NOTHING = html("")
 
 
-def document(title: str, header: str, main: str, *, live: str | None = None) -> str:
+def document(title: str, header: Markup, main: Markup, *, live: str | None = None) -> Markup:
     """A whole page; ``live`` is the URL the script polls while the page changes."""
-    attributes = f' data-live="{escape(live)}"' if live is not None else ""
-    return (
+    attributes = html("") if live is None else html(' data-live="{}"', live)
+    return html(
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{escape(title)}</title>"
+        "<title>{}</title>"
         '<link rel="stylesheet" href="/assets/serve.css">'
         '<script src="/assets/serve.js" defer></script></head>'
-        f"<body><header>{header}</header>"
-        f'<main id="main"{attributes}>{main}</main></body></html>\n'
+        "<body><header>{}</header>"
+        '<main id="main"{}>{}</main></body></html>\n',
+        title,
+        header,
+        attributes,
+        main,
     )
 
 
-def header(label: str, workflow: str | None) -> str:
+def header(label: str, workflow: str | None) -> Markup:
     """The bar on every page: home, the location, and whether questions can be answered."""
     mode = (
-        f"answering with {escape(workflow)}"
+        f"answering with {workflow}"
         if workflow is not None
         else "read-only (start with --workflow MODULE:ATTR to answer questions here)"
     )
-    return (
+    return html(
         '<a class="home" href="/">executionkit runs</a>'
-        f'<span class="location">{escape(label)}</span><span class="mode">{mode}</span>'
+        '<span class="location">{}</span><span class="mode">{}</span>',
+        label,
+        mode,
     )
 
 
-def status_word(status: str) -> str:
+def status_word(status: str) -> Markup:
     """The status as a word the stylesheet colours."""
-    return f'<span class="status status-{escape(status)}">{escape(status)}</span>'
+    return html('<span class="status status-{}">{}</span>', status, status)
 
 
-def run_link(page_id: str, text: str | None = None, **more: str) -> str:
+def run_link(page_id: str, text: str | None = None, **more: str) -> Markup:
     """A link to the page of run ``page_id`` (``more``: ``child``)."""
     query = urlencode({"id": page_id, **more})
-    return f'<a href="/run?{escape(query)}">{escape(page_id if text is None else text)}</a>'
+    return html('<a href="/run?{}">{}</a>', query, page_id if text is None else text)
 
 
-def runs_main(rows: Sequence[RunRow], *, page: int, pages: int, count: int) -> str:
+def runs_main(rows: Sequence[RunRow], *, page: int, pages: int, count: int) -> Markup:
     """The runs page: one row per run, newest first, a page of them at a time."""
     if not rows:
-        return "<h1>Runs</h1><p>No run saved here yet.</p>"
-    body = "".join(
-        "<tr>"
-        f'<td class="run-id">{run_link(row.run_id, row.run_id or "(no run id)")}</td>'
-        f"<td>{status_word(row.status)}</td>"
-        f"<td>{row.done}{'' if row.total is None else f' of {row.total}'}</td>"
-        f'<td class="number">{row.tokens:,}</td>'
-        f"<td>{escape(row.saved_at or '-')}</td>"
-        f"<td>{', '.join(escape(path) for path in row.questions) or '-'}</td>"
-        "</tr>"
-        for row in rows
-    )
-    return (
-        f"<h1>Runs</h1><p>{count:,} run{'' if count == 1 else 's'}, newest first.</p>"
+        return html("<h1>Runs</h1><p>No run saved here yet.</p>")
+    return html(
+        "<h1>Runs</h1><p>{}</p>"
         '<table class="runs"><thead><tr><th>run</th><th>status</th><th>steps done</th>'
         "<th>tokens</th><th>last checkpoint</th><th>questions waiting</th></tr></thead>"
-        f"<tbody>{body}</tbody></table>{_pager(page, pages)}"
+        "<tbody>{}</tbody></table>{}",
+        f"{count:,} run{'' if count == 1 else 's'}, newest first.",
+        join(_run_row(row) for row in rows),
+        _pager(page, pages),
     )
 
 
-def _pager(page: int, pages: int) -> str:
+def _run_row(row: RunRow) -> Markup:
+    """One run's row of the runs page."""
+    return html(
+        '<tr><td class="run-id">{}</td><td>{}</td><td>{}</td><td class="number">{}</td>'
+        "<td>{}</td><td>{}</td></tr>",
+        run_link(row.run_id, row.run_id or _NO_RUN_ID),
+        status_word(row.status),
+        f"{row.done}{'' if row.total is None else f' of {row.total}'}",
+        f"{row.tokens:,}",
+        row.saved_at or "-",
+        join(row.questions, ", ") or "-",
+    )
+
+
+def _pager(page: int, pages: int) -> Markup:
+    """The links to the newer and older pages of runs, if there is more than one."""
     if pages <= 1:
-        return ""
-    links = [f"page {page} of {pages}"]
+        return html("")
+    links: list[object] = [f"page {page} of {pages}"]
     if page > 1:
-        links.insert(0, f'<a href="/?page={page - 1}">newer</a>')
+        links.insert(0, html('<a href="/?page={}">newer</a>', page - 1))
     if page < pages:
-        links.append(f'<a href="/?page={page + 1}">older</a>')
-    return f'<nav class="pager">{" · ".join(links)}</nav>'
+        links.append(html('<a href="/?page={}">older</a>', page + 1))
+    return html('<nav class="pager">{}</nav>', join(links, " · "))
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,17 +139,17 @@ class RunPage:
     ledger: Mapping[str, StepLedger] = field(default_factory=dict)  # the checkpoint's, by step
 
 
-def run_main(run: RunPage) -> str:
+def run_main(run: RunPage) -> Markup:
     """A run's page: its state, its questions, its graph and its steps."""
     checkpoint = run.checkpoint
     cost = checkpoint.cost
-    title = escape(run.page_id or "(no run id)")
+    title = markup(run.page_id or _NO_RUN_ID)
     if run.child is not None:
-        title = f"{run_link(run.page_id, run.page_id or '(no run id)')} / {escape(run.child)}"
-    facts = [
+        title = html("{} / {}", run_link(run.page_id, run.page_id or _NO_RUN_ID), run.child)
+    facts: list[tuple[str, object]] = [
         ("status", status_word(run.status)),
-        ("claimed by", escape(run.owner or "nobody")),
-        ("checkpoint", f"seq {checkpoint.seq}, saved {escape(checkpoint.created_at or '-')}"),
+        ("claimed by", run.owner or "nobody"),
+        ("checkpoint", f"seq {checkpoint.seq}, saved {checkpoint.created_at or '-'}"),
         (
             "tokens",
             (
@@ -141,94 +160,119 @@ def run_main(run: RunPage) -> str:
         ),
     ]
     failed = [
-        f'<a href="#step-{number}">{escape(step.name)}</a>'
+        html('<a href="#step-{}">{}</a>', number, step.name)
         for number, step in enumerate(run.steps)
         if step.status == "failed"
     ]
     if failed:
-        facts.append(("failed", ", ".join(failed)))
+        facts.append(("failed", join(failed, ", ")))
     if checkpoint.context_keys:
-        keys = ", ".join(escape(key) for key in checkpoint.context_keys)
-        facts.append(("inputs", f"{keys} (names only: values are never stored)"))
+        keys = join(checkpoint.context_keys, ", ")
+        facts.append(("inputs", html("{} (names only: values are never stored)", keys)))
     parts = [
-        f'<h1 class="run-title">{title}</h1>',
-        '<dl class="facts">',
-        *(f"<dt>{label}</dt><dd>{value}</dd>" for label, value in facts),
-        "</dl>",
+        html('<h1 class="run-title">{}</h1><dl class="facts">', title),
+        *(html("<dt>{}</dt><dd>{}</dd>", label, value) for label, value in facts),
+        html("</dl>"),
     ]
     if run.message is not None:
-        parts.append(f'<p class="message" role="alert">{escape(run.message)}</p>')
+        parts.append(html('<p class="message" role="alert">{}</p>', run.message))
     if run.questions:
         parts.append(_questions(run))
-    parts.append(f'<h2>Graph</h2><div class="graph-box">{graph_svg(run.steps)}</div>')
+    parts.append(html('<h2>Graph</h2><div class="graph-box">{}</div>', graph_svg(run.steps)))
     parts.append(_steps_table(run))
-    return "".join(parts)
+    return join(parts)
 
 
-def _questions(run: RunPage) -> str:
-    parts = ["<h2>Questions waiting</h2>"]
+def _questions(run: RunPage) -> Markup:
+    """The questions the run waits for, each with its form (or its command, read-only)."""
+    parts = [html("<h2>Questions waiting</h2>")]
     for number, (path, entry) in enumerate(run.questions.items()):
         question = entry["question"]
         if isinstance(question, str):
-            shown = f'<p class="question">{escape(question)}</p>'
+            shown = html('<p class="question">{}</p>', question)
         else:
-            shown = f'<pre class="question">{escape(json.dumps(question, indent=2))}</pre>'
+            shown = html('<pre class="question">{}</pre>', json.dumps(question, indent=2))
         expires = entry.get("expires_at")
-        asked = f"asked {escape(str(entry.get('asked_at') or '-'))}" + (
-            f", expires {escape(expires)}" if expires else ", never expires"
+        asked = f"asked {entry.get('asked_at') or '-'}" + (
+            f", expires {expires}" if expires else ", never expires"
         )
         field = f"answer-{number}"
         if run.token is not None and run.child is None:
-            form = (
+            form = html(
                 '<form method="post" action="/answer" class="answer">'
-                f'<input type="hidden" name="token" value="{escape(run.token)}">'
-                f'<input type="hidden" name="run" value="{escape(run.page_id)}">'
-                f'<input type="hidden" name="path" value="{escape(path)}">'
-                f'<label for="{field}">{escape(path)}</label>'
-                f'<input type="text" id="{field}" name="value" autocomplete="off" required>'
+                '<input type="hidden" name="token" value="{}">'
+                '<input type="hidden" name="run" value="{}">'
+                '<input type="hidden" name="path" value="{}">'
+                '<label for="{}">{}</label>'
+                '<input type="text" id="{}" name="value" autocomplete="off" required>'
                 '<button type="submit">Answer</button>'
                 '<p class="hint">read as JSON (true, 3, {"a": 1}), else as the text itself</p>'
-                "</form>"
+                "</form>",
+                run.token,
+                run.page_id,
+                path,
+                field,
+                path,
+                field,
             )
         else:
             command = f"{run.answer_command} --answer {shlex.quote(path)}=VALUE"
-            form = (
-                f'<p class="cli">Answer {escape(path)} from a terminal:</p>'
-                f"<pre><code>{escape(command)}</code></pre>"
+            form = html(
+                '<p class="cli">Answer {} from a terminal:</p><pre><code>{}</code></pre>',
+                path,
+                command,
             )
         parts.append(
-            f'<section class="ask"><h3>{escape(path)}</h3><p class="asked">{asked}</p>'
-            f"{shown}{form}</section>"
+            html(
+                '<section class="ask"><h3>{}</h3><p class="asked">{}</p>{}{}</section>',
+                path,
+                asked,
+                shown,
+                form,
+            )
         )
-    return "".join(parts)
+    return join(parts)
 
 
-def _steps_table(run: RunPage) -> str:
+def _steps_table(run: RunPage) -> Markup:
+    """The table of the run's steps, one row each, and the note on where its numbers come from."""
     rows = []
     for number, step in enumerate(run.steps):
         seen = run.events.steps.get(step.name)
         duration = "-" if seen is None or seen.duration is None else f"{seen.duration:.2f} s"
         rows.append(
-            f'<tr class="step-row" id="step-{number}" data-step="{escape(step.name)}">'
-            f'<td class="step-name">{escape(step.name)}</td><td>{escape(step.kind)}</td>'
-            f"<td>{status_word(step.status)}</td>"
-            f'<td class="number">{_attempts(run, step)}</td><td class="number">{duration}</td>'
-            f'<td class="number">{_tokens(run, step)}</td>'
-            f"<td>{_output(run, step)}{_items(step)}{_child(run, step)}</td>"
-            f'<td class="error">{escape(step.error or "")}</td></tr>'
+            html(
+                '<tr class="step-row" id="step-{}" data-step="{}">'
+                '<td class="step-name">{}</td><td>{}</td><td>{}</td>'
+                '<td class="number">{}</td><td class="number">{}</td>'
+                '<td class="number">{}</td><td>{}{}{}</td><td class="error">{}</td></tr>',
+                number,
+                step.name,
+                step.name,
+                step.kind,
+                status_word(step.status),
+                _attempts(run, step),
+                duration,
+                _tokens(run, step),
+                _output(run, step),
+                _items(step),
+                _child(run, step),
+                step.error or "",
+            )
         )
-    return (
+    return html(
         '<h2>Steps</h2><table class="steps"><thead><tr><th>step</th><th>kind</th>'
         "<th>status</th><th>attempts</th><th>duration</th><th>tokens</th><th>output</th>"
-        f"<th>error</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        "<th>error</th></tr></thead><tbody>{}</tbody></table>"
         '<p class="note">Tokens and attempts come from the ledger a checkpoint keeps (format '
         "4: the attempts that reported usage, wasted ones included); durations, and the "
-        "attempts of steps without usage, are known for the runs this server resumed.</p>"
+        "attempts of steps without usage, are known for the runs this server resumed.</p>",
+        join(rows),
     )
 
 
 def _attempts(run: RunPage, step: StepView) -> str:
-    """The step's attempts: as its events said, else the most its ledger rows record."""
+    """The step's attempts, as text: as its events said, else the most its ledger rows record."""
     seen = run.events.steps.get(step.name)
     if seen is not None and seen.attempts:
         return str(seen.attempts)
@@ -237,7 +281,7 @@ def _attempts(run: RunPage, step: StepView) -> str:
 
 
 def _tokens(run: RunPage, step: StepView) -> str:
-    """The step's tokens from the ledger (with the wasted part), else from its events."""
+    """The step's tokens, as text: from the ledger (with the wasted part), else its events."""
     recorded = run.ledger.get(step.name)
     if recorded is not None:
         wasted = f" ({recorded.wasted:,} wasted)" if recorded.wasted else ""
@@ -246,50 +290,61 @@ def _tokens(run: RunPage, step: StepView) -> str:
     return "-" if seen is None or seen.tokens is None else f"{seen.tokens:,}"
 
 
-def _output(run: RunPage, step: StepView) -> str:
+def _output(run: RunPage, step: StepView) -> Markup:
+    """The start of the step's output as JSON, and a link to the whole of it."""
     if not step.has_output:
-        return ""
+        return html("")
     text = json_text(step.output)
     if len(text) > PREVIEW_CHARS:
         text = text[: PREVIEW_CHARS - 1] + "…"
     query = {"id": run.page_id, "step": step.name}
     if run.child is not None:
         query["child"] = run.child
-    link = f'<a class="whole" href="/output?{escape(urlencode(query))}">whole output</a>'
-    return f'<code class="preview">{escape(text)}</code> {link}'
+    return html(
+        '<code class="preview">{}</code> <a class="whole" href="/output?{}">whole output</a>',
+        text,
+        urlencode(query),
+    )
 
 
-def _items(step: StepView) -> str:
+def _items(step: StepView) -> Markup:
+    """A map's items done, of how many, and the keys of the first that failed."""
     items = step.items
     if items is None:
-        return ""
+        return html("")
     done = f"{items.recorded:,}" + ("" if items.total is None else f" of {items.total:,}")
-    text = f'<p class="items">{done} items done'
+    failed = html("")
     if items.failed:
-        shown = ", ".join(escape(key) for key in items.failed[:SHOWN_FAILED_KEYS])
         more = len(items.failed) - SHOWN_FAILED_KEYS
-        text += f"; {len(items.failed):,} failed: {shown}" + (
-            f" and {more:,} more" if more > 0 else ""
+        failed = html(
+            "; {} failed: {}{}",
+            f"{len(items.failed):,}",
+            join(items.failed[:SHOWN_FAILED_KEYS], ", "),
+            f" and {more:,} more" if more > 0 else "",
         )
-    return text + "</p>"
+    return html('<p class="items">{} items done{}</p>', done, failed)
 
 
-def _child(run: RunPage, step: StepView) -> str:
+def _child(run: RunPage, step: StepView) -> Markup:
     """Links to the views of the step's sub-workflows in progress (a map's: the first 20)."""
     path = join_path(step.name) if run.child is None else f"{run.child}/{join_path(step.name)}"
     if step.child:
-        return f'<p class="child">{run_link(run.page_id, "open its run", child=path)}</p>'
+        link = run_link(run.page_id, "open its run", child=path)
+        return html('<p class="child">{}</p>', link)
     if not step.child_items:
-        return ""
-    links = ", ".join(
-        run_link(run.page_id, f"item {key}", child=f"{path}/{join_path(key)}")
-        for key in step.child_items[:SHOWN_FAILED_KEYS]
+        return html("")
+    links = join(
+        (
+            run_link(run.page_id, f"item {key}", child=f"{path}/{join_path(key)}")
+            for key in step.child_items[:SHOWN_FAILED_KEYS]
+        ),
+        ", ",
     )
     more = len(step.child_items) - SHOWN_FAILED_KEYS
     rest = f" and {more:,} more" if more > 0 else ""
-    return f'<p class="child">items in progress: {links}{rest}</p>'
+    return html('<p class="child">items in progress: {}{}</p>', links, rest)
 
 
-def message_main(title: str, message: str, extra: str = "") -> str:
-    """A page that only says something: an error, a refusal."""
-    return f'<h1>{escape(title)}</h1><p class="message" role="alert">{escape(message)}</p>{extra}'
+def message_main(title: str, message: str, extra: Markup = NOTHING) -> Markup:
+    """A page that only says something: an error, a refusal; ``extra`` goes below it."""
+    return html('<h1>{}</h1><p class="message" role="alert">{}</p>{}', title, message, extra)

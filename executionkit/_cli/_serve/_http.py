@@ -24,6 +24,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 from executionkit._cli._exits import CliError
 from executionkit._cli._questions import flag_value
 from executionkit._cli._serve._html import document, message_main
+from executionkit._cli._serve._markup import Markup, html
 from executionkit._cli._serve._runs import Unreadable
 from executionkit._cli._text import error_text, say
 
@@ -152,7 +153,7 @@ class Handler(BaseHTTPRequestHandler):
         )
         return False
 
-    def _page(self, main: str, title: str, live: bool, query: dict[str, str]) -> None:
+    def _page(self, main: Markup, title: str, live: bool, query: dict[str, str]) -> None:
         if query.get("live") == "1":
             data = json.dumps({"live": live, "html": main}).encode()
             self._send(HTTPStatus.OK, "application/json", data)
@@ -175,8 +176,8 @@ class Handler(BaseHTTPRequestHandler):
         self._send(HTTPStatus.OK, kind, data)
 
     def _error(self, status: HTTPStatus, title: str, message: str) -> None:
-        extra = '<p><a href="/">all runs</a></p>'
-        page = document(title, self.server.app.header, message_main(title, message, extra))
+        home = html('<p><a href="/">all runs</a></p>')
+        page = document(title, self.server.app.header, message_main(title, message, home))
         self._send(status, "text/html; charset=utf-8", page)
 
     def _send(self, status: HTTPStatus, kind: str, body: str | bytes) -> None:

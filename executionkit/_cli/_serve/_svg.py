@@ -3,13 +3,16 @@
 A step's row is one below its deepest dependency; boxes keep the declaration
 order within a row. Each box has the class of its status (``node-done``,
 ``node-running``...), which the stylesheet colours: no style attribute, so the
-page's Content-Security-Policy needs none. Every name is escaped.
+page's Content-Security-Policy needs none. The drawing is `Markup` built from
+`html` templates (`_markup`): every name and number goes in through a hole,
+escaped, in the text of a box as in an attribute.
 """
 
 from __future__ import annotations
 
-from html import escape
 from typing import TYPE_CHECKING
+
+from executionkit._cli._serve._markup import Markup, html, join
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -41,10 +44,10 @@ def levels(steps: Sequence[StepView]) -> dict[str, int]:
     return found
 
 
-def graph_svg(steps: Sequence[StepView]) -> str:
+def graph_svg(steps: Sequence[StepView]) -> Markup:
     """The SVG element drawing ``steps`` and their dependencies."""
     if not steps:
-        return ""
+        return html("")
     rows: dict[int, list[str]] = {}
     for name, row in levels(steps).items():
         rows.setdefault(row, []).append(name)
@@ -58,10 +61,14 @@ def graph_svg(steps: Sequence[StepView]) -> str:
     width = 2 * _MARGIN + max(len(names) for names in rows.values()) * (_WIDTH + _GAP_X)
     height = 2 * _MARGIN + len(rows) * (_HEIGHT + _GAP_Y) - _GAP_Y
     parts = [
-        (
-            f'<svg class="graph" xmlns="http://www.w3.org/2000/svg" width="{width}" '
-            f'height="{height}" viewBox="0 0 {width} {height}" role="img" '
-            f'aria-label="the steps of the run and their dependencies">'
+        html(
+            '<svg class="graph" xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" '
+            'viewBox="0 0 {} {}" role="img" '
+            'aria-label="the steps of the run and their dependencies">',
+            width,
+            height,
+            width,
+            height,
         )
     ]
     for step in steps:
@@ -72,18 +79,25 @@ def graph_svg(steps: Sequence[StepView]) -> str:
                 x1, y1, x2, y2 = dx + _WIDTH // 2, dy + _HEIGHT, x + _WIDTH // 2, y
                 middle = (y1 + y2) // 2
                 parts.append(
-                    f'<path class="edge" d="M{x1},{y1} C{x1},{middle} {x2},{middle} {x2},{y2}"/>'
+                    html(
+                        '<path class="edge" d="M{},{} C{},{} {},{} {},{}"/>',
+                        *(x1, y1, x1, middle, x2, middle, x2, y2),
+                    )
                 )
     for step in steps:
         x, y = place[step.name]
         name = step.name if len(step.name) <= _NAME_CHARS else step.name[: _NAME_CHARS - 1] + "…"
         parts.append(
-            f'<g class="node node-{escape(step.status)}"><title>{escape(step.name)}: '
-            f"{escape(step.status)}</title>"
-            f'<rect x="{x}" y="{y}" width="{_WIDTH}" height="{_HEIGHT}" rx="6"/>'
-            f'<text x="{x + 10}" y="{y + 17}">{escape(name)}</text>'
-            f'<text class="node-status" x="{x + 10}" y="{y + 32}">'
-            f"{escape(step.kind)} · {escape(step.status)}</text></g>"
+            html(
+                '<g class="node node-{}"><title>{}: {}</title>'
+                '<rect x="{}" y="{}" width="{}" height="{}" rx="6"/>'
+                '<text x="{}" y="{}">{}</text>'
+                '<text class="node-status" x="{}" y="{}">{} · {}</text></g>',
+                *(step.status, step.name, step.status),
+                *(x, y, _WIDTH, _HEIGHT),
+                *(x + 10, y + 17, name),
+                *(x + 10, y + 32, step.kind, step.status),
+            )
         )
-    parts.append("</svg>")
-    return "".join(parts)
+    parts.append(html("</svg>"))
+    return join(parts)
