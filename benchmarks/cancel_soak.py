@@ -1,7 +1,7 @@
 """Cancellation soak: thousands of seeded cancellation trials, a Markdown summary.
 
 A manual run, not part of the test suite. It uses the harness of
-``tests/test_cancel_harness.py`` (which runs 300 seeds per schedule in CI), just
+``tests/run/test_cancel_harness.py`` (which runs 300 seeds per schedule in CI), just
 with more seeds::
 
     python benchmarks/cancel_soak.py --trials 5000 --seed 1000
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))  # the harness lives beside the test that uses it
+sys.path.insert(0, str(ROOT / "tests"))  # the harness is a test helper, in tests/
 
 from cancel_harness import run_trial  # noqa: E402
 

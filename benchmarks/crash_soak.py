@@ -1,7 +1,7 @@
 """Crash soak: SIGKILL the crash-test worker hundreds of times and print a Markdown summary.
 
 A manual run, not part of the test suite (pytest collects only ``tests/test_*.py``).
-It uses the same harness as ``tests/test_crash.py``, just with more kills::
+It uses the same harness as ``tests/run/test_crash.py``, just with more kills::
 
     python benchmarks/crash_soak.py --kills 300 --seed 1
 
@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))  # the harness lives beside the test that uses it
+sys.path.insert(0, str(ROOT / "tests"))  # the harness is a test helper, in tests/
 
 from crash_harness import CampaignReport, crash_campaign  # noqa: E402
 

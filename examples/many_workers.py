@@ -23,7 +23,7 @@ With Dask (``pip install "dask[distributed]"``), one database for every worker::
     print([future.result()["status"] for future in futures])
 
 The location is a PostgreSQL connection string (``executionkit[postgres]``) or, on
-one machine, the path of an SQLite database. ``tests/test_many_workers.py`` runs
+one machine, the path of an SQLite database. ``tests/run/test_many_workers.py`` runs
 this on a Dask ``LocalCluster``, hands one run to both workers at once and kills
 the worker that owns it in the middle of the run.
 """

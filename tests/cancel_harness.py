@@ -16,7 +16,7 @@ After each trial it checks what the docs promise:
 - across the resume, no recorded step runs again, and the resumed run ends
   with every step's expected output.
 
-`tests/test_cancel_harness.py` runs a fixed seed set in CI;
+`tests/run/test_cancel_harness.py` runs a fixed seed set in CI;
 `benchmarks/cancel_soak.py` runs many more.
 """
 

@@ -1,6 +1,6 @@
 """SIGKILL campaign over `crash_worker`: kill at seeded random moments, resume, verify.
 
-Shared by ``tests/test_crash.py`` (about 30 kills) and ``benchmarks/crash_soak.py``
+Shared by ``tests/run/test_crash.py`` (about 30 kills) and ``benchmarks/crash_soak.py``
 (hundreds). The kill moment is chosen by counting the worker's events, never by time.
 
 A campaign is a series of episodes. An episode starts the worker on a fresh folder,

@@ -1,4 +1,4 @@
-"""A worker process for the two-process tests of claims (tests/test_race_processes.py).
+"""A worker process for the two-process tests of claims (tests/run/test_race_processes.py).
 
 Modes, by the first argument:
 

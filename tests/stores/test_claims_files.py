@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 Store = JsonFileStore | JsonLinesStore | SQLiteStore
 KINDS = ("json", "jsonl", "sqlite")
 FILE_KINDS = ("json", "jsonl")
-WORKER = Path(__file__).resolve().parent / "claim_worker.py"
+WORKER = Path(__file__).resolve().parents[1] / "claim_worker.py"
 ROOT = WORKER.parent.parent
 TIMEOUT = 30  # seconds: a bound on waiting for the worker, never a synchronisation
 WAIT = "Wait for that process to end (its claim dies with it), then resume"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 INNER = """
 import sys
 from pathlib import Path

@@ -1,6 +1,6 @@
 """The fan-out how-to shows what ``executionkit inspect`` prints for its failed run.
 
-`tests/test_docs.py` runs the page's python blocks and compares what they print. The
+`tests/package/test_docs.py` runs the page's python blocks and compares what they print. The
 page also shows an ``inspect`` of the checkpoint file its failed run left, as a shell
 session that no test would run: this test replays the blocks up to that run, imports
 the page's workflow as the module the session names, runs ``inspect`` on the file, and

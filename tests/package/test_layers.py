@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "executionkit"
 
 # The modules at the top of the package, by layer; every folder is a layer of its own
@@ -61,7 +61,7 @@ def layer_of(part: str) -> str:
         return "faces"
     if part in LAYERS:
         return part
-    msg = f"executionkit.{part} is in no layer: add it to tests/test_layers.py and the code map"
+    msg = f"executionkit.{part} is in no layer: add it to test_layers.py and the code map"
     raise AssertionError(msg)
 
 

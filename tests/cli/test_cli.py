@@ -39,7 +39,7 @@ from executionkit.stores import SQLiteStore
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 DOC = ROOT / "docs" / "how-to" / "command-line.md"
 
@@ -1539,7 +1539,7 @@ def test_inspect_lists_the_runs_of_a_database_then_shows_one(
     assert lines[:2] == ["database: sqlite:///runs.db", "runs: 2"]
     assert lines[2].startswith("  b: seq 4, 4 recorded, 0 failed, saved ")
     assert lines[3].startswith("  a: seq 3, 2 recorded, 1 failed, saved ")
-    # The latest run, so that the command works as printed (tests/test_cli_issue19.py runs it).
+    # The latest run, so that the command works as printed (test_cli_new_user.py runs it).
     assert lines[4].startswith("inspect one with: ")
     assert lines[4].endswith(" inspect 'sqlite:///runs.db?run_id=b'")
     one = cli("inspect", "sqlite:///runs.db?run_id=a", "--json")

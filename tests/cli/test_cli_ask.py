@@ -5,7 +5,7 @@ a second ``run`` with ``--answer NAME=VALUE`` (or ``--answers-json FILE``) and t
 same ``--checkpoint`` answers them and goes on. ``inspect`` shows the questions
 with when they were asked and their deadlines; ``graph`` marks the waiting steps.
 Most tests run each command twice through the ``cli`` fixture, as
-``tests/test_cli.py`` does: as a real subprocess and in-process through ``main()``.
+``tests/cli/test_cli.py`` does: as a real subprocess and in-process through ``main()``.
 The workflow is a module written into the test's temporary folder (the working
 directory); its steps record each call in ``calls.txt``.
 """

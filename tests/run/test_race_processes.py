@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
 
-WORKER = Path(__file__).resolve().parent / "race_worker.py"
+WORKER = Path(__file__).resolve().parents[1] / "race_worker.py"
 ROOT = WORKER.parent.parent
 TRIALS = 100
 KINDS = ["json", "jsonl", "sqlite", "postgres"]

@@ -26,7 +26,7 @@ from executionkit._cli import main
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
 VALID = WorkflowCheckpoint(

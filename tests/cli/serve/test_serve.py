@@ -42,7 +42,7 @@ from executionkit.stores import JsonFileStore, JsonLinesStore, PostgresStore, SQ
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[2]
 USAGE = {"input_tokens": 100, "output_tokens": 50, "llm_calls": 4}
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HOW_TO_PAGES = (
     "docs/how-to/handle-failures.md",
     "docs/how-to/cancel-safely.md",

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from executionkit import WorkflowCheckpoint
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 RUNS = ("run-a", "run-b", "run-c")
 STEPS = ("fetch", "summary_en", "summary_fr", "report")
 REPORT = "report(summary_en(fetch()),summary_fr(fetch()))"

@@ -39,7 +39,7 @@ PUBLIC = [
     "WorkflowResult",
     "current_step",
 ]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_all_is_the_documented_sorted_set() -> None:

@@ -1,6 +1,6 @@
 """The command line and map steps: `run` reports items, `inspect` counts them, `graph` marks maps.
 
-Each test runs the commands twice through the ``cli`` fixture, as ``tests/test_cli.py``
+Each test runs the commands twice through the ``cli`` fixture, as ``tests/cli/test_cli.py``
 does: as a real subprocess (``python -m executionkit ...``) and in-process through
 ``main()``. The workflow is a module written into the test's temporary folder, the
 working directory. Its items record each call in ``calls.txt``, so a test can see which

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-WORKER = Path(__file__).resolve().parent / "map_crash_worker.py"
+WORKER = Path(__file__).resolve().parents[1] / "map_crash_worker.py"
 ITEMS = 40
 EXPECTED = {"total": sum(i * i for i in range(ITEMS)), "cost": [sum(range(ITEMS)), ITEMS]}
 
@@ -35,7 +35,7 @@ def run_until_killed(
     before the kill landed that were still in the pipe (read after it): events
     that happened, which a count of started items must include.
     """
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     process = subprocess.Popen(  # noqa: S603 - our own worker script
         [sys.executable, str(WORKER), str(path), *options],
         stdout=subprocess.PIPE,

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from executionkit import Workflow
 
 SCREENSHOTS = os.environ.get("EXECUTIONKIT_SCREENSHOTS") == "1"
-IMAGES = Path(__file__).resolve().parent.parent / "docs" / "images"
+IMAGES = Path(__file__).resolve().parents[3] / "docs" / "images"
 WAIT = 15_000  # ms that playwright waits for the page to show what is expected
 
 

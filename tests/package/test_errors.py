@@ -11,7 +11,7 @@ import pytest
 from executionkit import BudgetExceeded, TokenUsage, WorkflowCheckpoint, WorkflowFailed
 from executionkit._errors import did_you_mean, preview, safe_str
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ from executionkit import PatternResult, Step, TokenUsage, Workflow, WorkflowChec
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def set_when_recorded(event: asyncio.Event) -> None:

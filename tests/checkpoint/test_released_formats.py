@@ -11,7 +11,7 @@ import pytest
 from executionkit import WorkflowCheckpoint
 from executionkit._checkpoint._value import FORMAT_VERSION
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "checkpoints"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints"
 sys.path.insert(0, str(FIXTURES))
 
 from make_fixtures import DOCUMENT, fixture_workflow  # noqa: E402

@@ -26,7 +26,7 @@ from executionkit import (
 )
 
 # The example is a script in examples/, not part of the package.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import openai_compatible as example
 
 if TYPE_CHECKING:

@@ -45,7 +45,7 @@ import pytest
 if TYPE_CHECKING:
     from types import ModuleType
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "executionkit"
 LAYOUT = "docs/code-layout.md"
 PAGES = (LAYOUT, "docs/decisions/0006-one-way-out-of-a-run.md")
@@ -314,6 +314,36 @@ def test_the_module_tables_list_every_module_of_the_package() -> None:
     assert not unlisted, f"{LAYOUT} lists no row for: {', '.join(unlisted)}"
     assert not gone, f"{LAYOUT} lists modules that do not exist: {', '.join(gone)}"
     assert not twice, f"{LAYOUT} lists these modules twice: {', '.join(twice)}"
+
+
+def rows_by_folder() -> list[tuple[str, str]]:
+    """Each module file of the tables with the folder its heading names ("" for the top)."""
+    found = []
+    folder: str | None = None
+    for line in (ROOT / LAYOUT).read_text(encoding="utf-8").splitlines():
+        if line.startswith("## ") and line != "## Modules":
+            folder = None
+        elif line.startswith(("### ", "#### ")):
+            named = [span for span in _SPAN.findall(line) if span.endswith("/")]
+            folder = named[0] if named else ""
+        elif folder is not None and line.startswith("|") and not set(line) <= set("|- "):
+            cell = line.strip("|").split("|")[0]
+            found += [(span, folder) for span in _SPAN.findall(cell) if _FILE.fullmatch(span)]
+    return found
+
+
+def test_each_module_is_in_the_table_of_its_folder() -> None:
+    """A table under a folder's heading lists only that folder's modules; the others, the top's."""
+    rows = rows_by_folder()
+    assert len(rows) == len(module_files())
+    wrong = [
+        f"`{file}` under the heading of {folder or 'the top of the package'}"
+        for file, folder in rows
+        if (file.rpartition("/")[0] + "/" if "/" in file else "") != folder
+    ]
+    assert not wrong, f"{LAYOUT} lists modules under another folder's heading:\n" + "\n".join(
+        wrong
+    )
 
 
 def owned_by(module: ModuleType, name: str) -> bool:

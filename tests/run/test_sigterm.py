@@ -23,7 +23,7 @@ from executionkit import Step, Workflow, WorkflowCheckpoint
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
