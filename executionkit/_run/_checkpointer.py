@@ -238,7 +238,10 @@ class Checkpointer:
         """Have the record checkpointed up to change ``target`` (default: now), soon.
 
         Returns a future that resolves once it is. Changes made while a
-        checkpoint is being written are folded into the next one.
+        checkpoint is being written are folded into the next one. Once
+        ``checkpoint_fn`` has failed, nothing more can be saved: the future
+        holds that error at once (a sub-workflow waiting on it stops, rather
+        than waiting for a save that will never come).
         """
         if target is None:
             target = self._record.changes
@@ -246,6 +249,9 @@ class Checkpointer:
         future.add_done_callback(_retrieve)
         if self._fn is None:
             future.set_result(None)
+            return future
+        if self.storage_error is not None:
+            future.set_exception(self.storage_error)
             return future
         self._waiters.append((target, future))
         if self._saver is None or self._saver.done():
@@ -277,7 +283,9 @@ class Checkpointer:
             try:
                 await self.save()
             except Exception:  # noqa: BLE001 - waiters got it; the run's next save raises it
-                return
+                break
+        if self.storage_error is not None and self._waiters:
+            self._resolve_waiters(self.storage_error)  # none of them can be saved now
 
     def _resolve_waiters(self, error: Exception | None) -> None:
         keep: list[tuple[int, asyncio.Future[None]]] = []
