@@ -302,15 +302,17 @@ class Run(Landing):
     async def _run_lone(self, position: int) -> None:
         """A batch of one async step, in the run's own task (`Running.lone`).
 
-        A cancellation meanwhile (a step in an executor finished anyway) goes on to `_exit`.
+        A cancellation meanwhile (a plain step in a thread or an executor finished
+        anyway) stops the run: no batch begins after it, and `_exit` raises it.
         """
         if position in self._deciding and not self._decide(position):
             return
         this = self._task
         before = 0 if this is None else this.cancelling()
         await self._running.lone(position)
-        if this is not None and this.cancelling() > before and self._interrupt is None:
-            self._interrupt = asyncio.CancelledError()
+        if this is not None and this.cancelling() > before:
+            # The step finished anyway (recorded: it was paid for); nothing starts after it.
+            self._stop(self._interrupt or asyncio.CancelledError())
 
     # --- where every ending lands -----------------------------------------------------------
 

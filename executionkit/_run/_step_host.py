@@ -11,7 +11,10 @@ plays that part besides its own.
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from typing import TYPE_CHECKING, Any
+
+from executionkit._plain import plain_copy
 
 if TYPE_CHECKING:
     from executionkit._record._record import Record
@@ -22,12 +25,16 @@ if TYPE_CHECKING:
 class StepHost:
     """The run as the steps it runs see it, through `current_step()`."""
 
-    __slots__ = ("_checkpointer", "_record")
+    __slots__ = ("_checkpointer", "_loop", "_record")
 
     def __init__(self, record: Record, checkpointer: Checkpointer) -> None:
-        """Serve the steps of the run that keeps ``record`` and saves through ``checkpointer``."""
+        """Serve the steps of the run that keeps ``record`` and saves through ``checkpointer``.
+
+        Made on the run's event loop, which the record belongs to.
+        """
         self._record = record
         self._checkpointer = checkpointer
+        self._loop = asyncio.get_running_loop()
 
     def progress_of(self, name: str) -> Any:
         """Return the progress value ``name`` saved last, or None."""
@@ -40,13 +47,51 @@ class StepHost:
         self._record.ledger.add(name, key, attempt, usage, model)
 
     def save_progress(self, name: str, value: object) -> asyncio.Future[None]:
-        """Record ``value`` for step ``name``; the future resolves once it is checkpointed."""
+        """Record ``value`` for step ``name``; the future resolves once it is checkpointed.
+
+        From the worker thread of a plain step, the value is checked there (so a
+        value that is not plain data raises in the step) and recorded on the
+        loop, which owns the record; the future, of the run's loop, is the
+        step's to ignore (a thread cannot await it).
+        """
+        loop = self._loop
+        if _running_loop() is loop:
+            return self._checkpointer.save_soon(loop, self._record.save_progress(name, value))
+        copy = plain_copy(value, f"progress of step {name!r}")
+        done: asyncio.Future[None] = asyncio.Future(loop=loop)
+
+        def hand_over() -> None:
+            done.add_done_callback(_read)  # a thread never awaits it: no "never retrieved"
+            saved = self._checkpointer.save_soon(loop, self._record.save_progress(name, copy))
+            saved.add_done_callback(partial(_pass_on, done))
+
         try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            msg = (
-                f"step {name!r}: save_progress() must be called on the event loop's thread "
-                f"(in the step itself), not from a worker thread"
-            )
+            loop.call_soon_threadsafe(hand_over)
+        except RuntimeError:  # the run has ended and its loop closed
+            msg = f"step {name!r}: save_progress() was called after its run ended"
             raise RuntimeError(msg) from None
-        return self._checkpointer.save_soon(loop, self._record.save_progress(name, value))
+        return done
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _read(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+def _pass_on(done: asyncio.Future[None], saved: asyncio.Future[None]) -> None:
+    """On the loop: give the step's future the outcome of the save."""
+    if done.done():
+        return
+    if saved.cancelled():
+        done.cancel()
+    elif (error := saved.exception()) is not None:
+        done.set_exception(error)
+    else:
+        done.set_result(None)

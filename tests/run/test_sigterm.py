@@ -157,3 +157,74 @@ def test_run_sync_in_another_thread_installs_nothing() -> None:
     thread.start()
     thread.join(30)
     assert results == [(signal.SIG_DFL, signal.SIG_DFL)]
+
+
+EXECUTOR_SCRIPT = """
+import json, sys
+from concurrent.futures import ThreadPoolExecutor
+from executionkit import Step, Workflow
+
+path = sys.argv[1]
+
+def make(number):
+    def step(ctx):
+        print(f"started {number}", flush=True)
+        if number == 2:
+            sys.stdin.readline()  # blocks this worker thread until the test says go
+        return number
+    return step
+
+def save(checkpoint):
+    with open(path, "w", encoding="utf-8") as file:
+        json.dump(checkpoint.to_dict(), file)
+
+steps = [Step("s0", run=make(0))]
+steps += [Step(f"s{n}", run=make(n), depends_on=[f"s{n - 1}"]) for n in range(1, 10)]
+with ThreadPoolExecutor(2) as executor:
+    Workflow(steps).run_sync(checkpoint_fn=save, executor=executor)
+print("finished", flush=True)
+"""
+
+
+def test_sigterm_while_a_chain_step_runs_in_an_executor_stops_the_run(tmp_path: Path) -> None:
+    """The signal lands while a plain step of a chain blocks in an executor's thread.
+
+    The step running when the signal came finishes and is recorded (it was paid
+    for), and nothing starts after it: the process exits 143 with the steps that
+    completed in its last checkpoint. (A chain's step is awaited in the run's
+    own task; the run took the cancellation as the step's, and went on.)
+    """
+    script = tmp_path / "chain.py"
+    script.write_text(EXECUTOR_SCRIPT, encoding="utf-8")
+    saved = tmp_path / "checkpoint.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(  # noqa: S603 - our own script
+        [sys.executable, str(script), str(saved)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdin is not None
+        lines = []
+        for line in process.stdout:
+            lines.append(line.strip())
+            if line.strip() == "started 2":
+                break
+        process.send_signal(signal.SIGTERM)
+        # The step finishes only after the signal was sent: it cannot have ended first.
+        process.stdin.write("go\n")
+        process.stdin.flush()
+        rest, _ = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    lines += rest.split()
+    assert process.returncode == 143
+    assert "started 3" not in " ".join(lines)
+    assert "finished" not in lines
+    checkpoint = WorkflowCheckpoint.from_dict(json.loads(saved.read_text(encoding="utf-8")))
+    assert sorted(checkpoint.outputs) == ["s0", "s1", "s2"]
