@@ -285,12 +285,15 @@ class Run(Landing):
         running = self._running
         per_step = self._per_step
         while True:
-            if per_step and self._record.unsaved():
-                # Each completion is saved before anything else starts.
+            if per_step and self._record.unsaved() and (running.count or queue):
+                # Each completion is saved before anything else starts. The batch's last
+                # is saved by the batch loop instead, in the checkpoint that lists the
+                # next batch as in flight: a kill while that batch runs must find it
+                # listed, and a checkpoint of this one alone would list nothing.
                 self._recorded += self._record.merge()
                 await self._checkpointer.save()
             self._start(queue, queue.pop)
-            if per_step and self._record.unsaved():
+            if per_step and self._record.unsaved() and (running.count or queue):
                 continue  # a plain step ran inline
             if not running.count and not (queue and self._policies.waits_for_slot()):
                 return queue

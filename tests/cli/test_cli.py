@@ -1429,14 +1429,15 @@ def test_sigterm_saves_what_completed_and_exits_143_and_kill_loses_no_finished_s
     tmp_path: Path, sig: signal.Signals, status: int, word: str | None
 ) -> None:
     """A real SIGTERM checkpoints and exits 143; even SIGKILL finds 'quick' saved as it landed."""
-    # 'hang' says it hangs only once the checkpoint holding its batch sibling 'quick' is on
-    # disk: the run saves each step as it completes, not when its batch does.
+    # 'hang' says it hangs only once the checkpoint holding its batch sibling's output
+    # ("two") is on disk: the run saves each step as it completes, not when its batch does.
+    # (Its name is in the file earlier: the checkpoint before the batch lists it in flight.)
     saved_first = HANG.replace(
         '    sys.stderr.write("HANGING\\n")',
         "    from pathlib import Path\n"
         "    saved = Path('run.json')\n"
         "    for _ in range(100_000):\n"
-        "        if 'quick' in (saved.read_text() if saved.exists() else ''):\n"
+        "        if '\"two\"' in (saved.read_text() if saved.exists() else ''):\n"
         "            break\n"
         "        await asyncio.sleep(0)\n"
         '    sys.stderr.write("HANGING\\n")',

@@ -282,10 +282,16 @@ def test_no_item_of_a_map_runs_twice_across_two_commands(
     ]
 
 
-def test_a_run_interrupted_before_it_saved_anything_says_nothing_new_was_saved(
+def test_a_resumed_run_stopped_again_books_the_step_it_was_about_to_start(
     tmp_path: Path,
 ) -> None:
-    """Two commands stopped by SIGTERM: the first saved seq 1, the resumed one nothing new."""
+    """Commands stopped by SIGTERM: the first saves seq 1; the resumed one books 'held'.
+
+    Seq 1 lists 'held', the step about to start, in flight: a resume cannot tell a
+    kill while it spent from a clean stop, so it books that attempt as "unknown"
+    (never as zero) and saves that, as seq 2, when it is stopped in turn; a third
+    run stopped the same way has nothing new to save.
+    """
     (tmp_path / "steps.py").write_text(STEPS)
     run = ("run", "steps:workflow", "--checkpoint", "run.json")
     with held(tmp_path, *run) as first:
@@ -299,10 +305,19 @@ def test_a_run_interrupted_before_it_saved_anything_says_nothing_new_was_saved(
         resumed = second.stop(signal.SIGTERM)
     assert resumed.code == 143, resumed.err
     assert resumed.err.splitlines()[-1] == (
-        "executionkit: terminated; nothing new was saved to run.json (it holds seq 1, 1 of 3 "
+        "executionkit: terminated; checkpoint saved to run.json (seq 2, 1 of 3 steps "
+        "recorded); run again with the same --checkpoint to resume"
+    )
+    # Seq 2 lists nothing in flight (it was taken as that run ended): a third stop has
+    # nothing new to save.
+    with held(tmp_path, *run) as third:
+        again = third.stop(signal.SIGTERM)
+    assert again.code == 143, again.err
+    assert again.err.splitlines()[-1] == (
+        "executionkit: terminated; nothing new was saved to run.json (it holds seq 2, 1 of 3 "
         "steps recorded); run again with the same --checkpoint to resume"
     )
-    assert [name for _, name in ran(tmp_path)] == ["first", "held", "held"]
+    assert [name for _, name in ran(tmp_path)] == ["first", "held", "held", "held"]
 
 
 # --- a store that moved on --------------------------------------------------------------------

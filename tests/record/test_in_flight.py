@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import asyncio
+from typing import Any
 
 import pytest
 
-from executionkit import Step, Workflow
-
-if TYPE_CHECKING:
-    from executionkit import WorkflowCheckpoint
+from executionkit import Step, TokenUsage, Workflow, WorkflowCheckpoint, current_step
 
 
 def one(ctx: Any) -> int:
@@ -67,7 +65,10 @@ async def test_in_flight_read_later_is_what_it_was_when_taken(
 
 
 async def test_every_step_checkpoints_list_the_rest_of_the_batch() -> None:
-    """With checkpoint_every="step", each checkpoint lists the batch's steps not yet recorded."""
+    """With checkpoint_every="step", each checkpoint lists the batch's steps not yet recorded.
+
+    The one that records the batch's last step lists the next batch instead.
+    """
     seen: list[WorkflowCheckpoint] = []
     workflow = wide_then_joined(one, 5)
     await workflow.run(checkpoint_fn=seen.append, checkpoint_every="step")
@@ -75,4 +76,44 @@ async def test_every_step_checkpoints_list_the_rest_of_the_batch() -> None:
         names = {f"s{n}" for n in range(5)}
         left = sorted(names - set(checkpoint.outputs), key=lambda name: int(name[1:]))
         listed = [name for name, _, _ in checkpoint.in_flight]
-        assert listed == left
+        assert listed == (left or ["join"])
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 4])
+@pytest.mark.parametrize("every", ["batch", "step"])
+async def test_the_next_batch_is_listed_in_flight_before_it_spends(width: int, every: str) -> None:
+    """Whatever was saved already, the latest checkpoint lists the batch that runs as in flight.
+
+    With ``checkpoint_every="step"`` every completion of a batch may be saved
+    before the batch ends, and nothing changes after: the next batch was then
+    listed in no checkpoint, and a kill while it spent lost its calls without
+    an ``"unknown"`` row (issue 31). A resume from that checkpoint books the
+    attempt as unknown, never as zero.
+    """
+    saved: list[WorkflowCheckpoint] = []
+    gate, started = asyncio.Event(), asyncio.Event()
+    seen: list[WorkflowCheckpoint] = []
+
+    async def mixed(ctx: Any) -> int:
+        await asyncio.sleep(0)
+        return 1
+
+    async def spends(ctx: Any) -> int:
+        current_step().add_usage(TokenUsage(10, 0, 1))
+        seen.append(saved[-1])  # what a kill now would leave: b started after it was saved
+        started.set()
+        await gate.wait()
+        return 2
+
+    first = [Step(f"a{i}", run=mixed if i % 2 else one) for i in range(width)]
+    workflow = Workflow([*first, Step("b", run=spends, depends_on=tuple(s.name for s in first))])
+    running = asyncio.ensure_future(
+        workflow.run(checkpoint_fn=saved.append, checkpoint_every=every)  # type: ignore[arg-type]
+    )
+    await started.wait()
+    latest = seen[0]
+    gate.set()
+    await running
+    assert ("b", None, 1) in latest.in_flight
+    resumed = await workflow.run(resume_from=WorkflowCheckpoint.from_dict(latest.to_dict()))
+    assert resumed.spending.unknown == 1
