@@ -12,9 +12,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import math
+import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
@@ -33,6 +35,13 @@ if TYPE_CHECKING:
 
 PER_PAGE = 50
 _MAX_BODY = 1 << 20
+REQUEST_TIMEOUT = 30.0
+MAX_REQUESTS = 64
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"Content-Length: 41\r\nConnection: close\r\n\r\n"
+    b"too many requests at once: try again soon"
+)
 _ASSETS = {"serve.css": "text/css; charset=utf-8", "serve.js": "text/javascript; charset=utf-8"}
 _CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -42,17 +51,48 @@ _CSP = (
 
 
 class Server(ThreadingHTTPServer):
-    """The HTTP server: a thread per request, the `App` it serves."""
+    """The HTTP server: a thread per request, at most `max_requests` at once; the `App`."""
 
     daemon_threads = True
     app: App
     url: str
+    # Seconds a connection may stay silent (idle, or sending its request slowly).
+    request_timeout: float = REQUEST_TIMEOUT
+    # Requests served at once; a connection beyond them is answered 503 at once, so
+    # stalled clients cannot hold an unbounded number of threads.
+    max_requests: int = MAX_REQUESTS
+
+    def server_activate(self) -> None:
+        """Listen; and make the slots of the requests served at once."""
+        super().server_activate()
+        self._slots = threading.BoundedSemaphore(self.max_requests)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Serve ``request`` in a thread of its own if a slot is free; else answer 503."""
+        if not self._slots.acquire(blocking=False):
+            with contextlib.suppress(OSError):
+                request.sendall(_BUSY)
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        """Serve one request, then give its slot back."""
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 class Handler(BaseHTTPRequestHandler):
     """One request: checked, routed to the `App`, answered with the safe headers."""
 
     server: Server
+
+    def setup(self) -> None:
+        """Give the connection the server's timeout: a silent client is dropped, not waited for."""
+        super().setup()
+        self.connection.settimeout(self.server.request_timeout)
 
     def version_string(self) -> str:
         """The ``Server`` header: the name alone, no Python version."""
@@ -96,7 +136,8 @@ class Handler(BaseHTTPRequestHandler):
             return
         app = self.server.app
         length = self.headers.get("Content-Length", "")
-        if not length.isdigit() or int(length) > _MAX_BODY:
+        # ASCII digits only: str.isdigit() takes "²" too, which int() then refuses.
+        if not (length.isascii() and length.isdigit()) or int(length) > _MAX_BODY:
             self._error(HTTPStatus.BAD_REQUEST, "Bad request", "a form of at most 1 MiB")
             return
         body = self.rfile.read(int(length)).decode("utf-8", "replace")
@@ -144,7 +185,12 @@ class Handler(BaseHTTPRequestHandler):
         )
 
     def _host_ok(self) -> bool:
-        if self.headers.get("Host", "") in self.server.app.hosts:
+        hosts = self.headers.get_all("Host") or []
+        if len(hosts) > 1:
+            # Which one would a proxy in front have judged? Refuse rather than guess.
+            self._error(HTTPStatus.BAD_REQUEST, "Bad request", "more than one Host header")
+            return False
+        if hosts and hosts[0] in self.server.app.hosts:
             return True
         self._error(
             HTTPStatus.MISDIRECTED_REQUEST,
