@@ -143,9 +143,15 @@ def check_keys(data: Mapping[str, Any], expected: frozenset[str], *, where: str)
 _STR_ONLY = frozenset({str})
 
 
+MAX_COUNT = 2**63 - 1
+"""The largest count a checkpoint holds: what a database's BIGINT stores, and far past use."""
+
+
 def read_count(value: object, path: str) -> int:
     if type(value) is not int or value < 0:
         fail(path, "a non-negative int", value)
+    if value > MAX_COUNT:
+        fail(path, "an int below 2**63", value)
     return value
 
 

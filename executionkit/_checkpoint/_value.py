@@ -211,6 +211,13 @@ class WorkflowCheckpoint:
                 f"({len(outputs)}), got {int_text(step_index)}"
             )
             raise CheckpointFormatError(msg, path="step_index")
+        for name in errors:
+            if name in outputs:
+                msg = (
+                    f"checkpoint field 'errors.{name}' names a step that 'outputs' records: "
+                    f"a step either failed or has an output, not both"
+                )
+                raise CheckpointFormatError(msg, path=f"errors.{name}")
         frozen_progress = guard("progress", lambda: read_progress(progress, version, outputs))
         skipped, items, pending, children = read_kinds(later, version, outputs, _read_child)
         others = {*skipped, *items, *pending, *children}

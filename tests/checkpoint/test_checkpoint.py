@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from executionkit import CheckpointFormatError, ExecutionKitError, TokenUsage, WorkflowCheckpoint
+from executionkit._checkpoint._fields import MAX_COUNT
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -877,7 +878,7 @@ def test_from_dict_never_evaluates_imports_or_unpickles() -> None:
         step_index=3,
         outputs={"code": SUSPICIOUS, "pickle": pickled, "lambda": "lambda: 1"},
         run_id=SUSPICIOUS,
-        errors={"code": SUSPICIOUS},
+        errors={"other code": SUSPICIOUS},
         metadata={"eval": "eval('1+1')", "__class__": "os.system"},
         context_keys=["__builtins__"],
         step_info={},
@@ -907,7 +908,7 @@ def test_from_dict_never_evaluates_imports_or_unpickles() -> None:
     assert cp.outputs["code"] == SUSPICIOUS
     assert cp.outputs["pickle"] == pickled
     assert cp.run_id == SUSPICIOUS
-    assert cp.errors["code"] == SUSPICIOUS
+    assert cp.errors["other code"] == SUSPICIOUS
     assert dict(cp.metadata) == {"eval": "eval('1+1')", "__class__": "os.system"}
     assert restored == cp
 
@@ -979,8 +980,8 @@ def test_from_dict_on_arbitrary_json_like_values(data: object) -> None:
 def valid_checkpoints(draw: st.DrawFn) -> WorkflowCheckpoint:
     outputs = draw(st.dictionaries(st.text(min_size=1, max_size=8), json_values, max_size=5))
     cost = TokenUsage(
-        draw(st.integers(min_value=0)),
-        draw(st.integers(min_value=0)),
+        draw(st.integers(min_value=0, max_value=MAX_COUNT)),
+        draw(st.integers(min_value=0, max_value=MAX_COUNT)),
         draw(st.integers(min_value=0, max_value=10_000)),
     )
     if draw(st.booleans()) and draw(st.booleans()):
@@ -1002,9 +1003,17 @@ def valid_checkpoints(draw: st.DrawFn) -> WorkflowCheckpoint:
         outputs=MappingProxyType(outputs),
         cost=cost,
         run_id=draw(st.none() | st.text(min_size=1, max_size=12)),
-        seq=draw(st.integers(min_value=0)),
+        seq=draw(st.integers(min_value=0, max_value=MAX_COUNT)),
         context_keys=tuple(draw(st.lists(st.text(max_size=8), unique=True, max_size=4))),
-        errors=MappingProxyType(draw(st.dictionaries(st.text(max_size=8), st.text(), max_size=3))),
+        errors=MappingProxyType(
+            draw(
+                st.dictionaries(
+                    st.text(max_size=8).filter(lambda name: name not in outputs),
+                    st.text(),
+                    max_size=3,
+                )
+            )
+        ),
         created_at=created,
         metadata=MappingProxyType(
             draw(st.dictionaries(st.text(max_size=8), json_values, max_size=3))

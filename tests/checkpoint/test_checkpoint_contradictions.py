@@ -594,3 +594,40 @@ def test_a_contradiction_is_refused_or_resumes_exactly(case: tuple[str, dict[str
         return
     event(f"{field}: resumed")
     assert (dict(result.outputs), result.cost) == reference()
+
+
+def _base() -> dict[str, Any]:
+    """A small valid format-4 checkpoint, as `to_dict` writes it."""
+    from executionkit import Step, Workflow  # noqa: PLC0415 - kept beside these tests
+
+    saved: list[WorkflowCheckpoint] = []
+    Workflow([Step("a", run=lambda ctx: 1), Step("b", run=lambda ctx: 2)]).run_sync(
+        checkpoint_fn=saved.append
+    )
+    return copy.deepcopy(saved[-1].to_dict())
+
+
+def test_a_step_both_recorded_and_failed_is_refused() -> None:
+    """A step in both outputs and errors: from_dict names it (issue 31)."""
+    data = _base()
+    data["errors"] = {"a": "ValueError: bad"}
+    with pytest.raises(CheckpointFormatError, match=r"'errors\.a' names a step that 'outputs'"):
+        WorkflowCheckpoint.from_dict(data)
+
+
+@pytest.mark.parametrize("field", ["seq", "cost.input_tokens", "cost.llm_calls"])
+def test_a_count_past_a_bigint_is_refused_and_the_message_prints(field: str) -> None:
+    """A 5,000-digit count is refused naming the field; the message never raises itself."""
+    data = _base()
+    huge = 10**5000
+    if field == "seq":
+        data["seq"] = huge
+    else:
+        data["cost"][field.split(".")[1]] = huge
+    with pytest.raises(CheckpointFormatError, match=r"must be an int below 2\*\*63") as caught:
+        WorkflowCheckpoint.from_dict(data)
+    assert caught.value.path == field
+    assert "an int of 16610 bits" in str(caught.value)
+    data_ok = _base()
+    data_ok["seq"] = 2**63 - 1
+    assert repr(WorkflowCheckpoint.from_dict(data_ok)).startswith("WorkflowCheckpoint(")
