@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import signal
 import tempfile
 import traceback
 from dataclasses import dataclass
@@ -164,9 +165,21 @@ EXAMPLES = collect_examples()
 def test_example_runs_and_prints_what_the_docs_show(
     block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The block runs after the earlier blocks of its file and prints its ```text block."""
+    """The block runs after the earlier blocks of its file and prints its ```text block.
+
+    It runs with SIGTERM's default action, as in a program of a reader's: a
+    session fixture (the PostgreSQL server's) may have replaced it in this worker.
+    """
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        _run_in_order(block)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_in_order(block: Block) -> None:
     namespace: dict[str, object] = {"__name__": "__main__"}
     for earlier in EXAMPLES:
         if earlier.path == block.path and earlier.line < block.line:
