@@ -97,8 +97,10 @@ class InFlight:
         """
         listed = self.next_up
         changes = self._record.changes
-        if changes == self.listed_at:
+        if changes == self.listed_at and not self.growing:
             return listed
+        # A list that grew in place (eager mode) holds steps listed before listed_at,
+        # which may have ended before it: it is never taken as it is.
         self.listed_at = changes
         ended = self.ended
         for position in listed:

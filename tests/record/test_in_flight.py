@@ -117,3 +117,25 @@ async def test_the_next_batch_is_listed_in_flight_before_it_spends(width: int, e
     assert ("b", None, 1) in latest.in_flight
     resumed = await workflow.run(resume_from=WorkflowCheckpoint.from_dict(latest.to_dict()))
     assert resumed.spending.unknown == 1
+
+
+async def test_eager_checkpoints_never_list_a_recorded_or_skipped_step() -> None:
+    """In eager mode with conditions, in_flight holds only steps that may still spend.
+
+    The list of steps about to start grows in place in eager mode; read as it
+    was, it kept steps recorded or skipped before it was last listed, and a
+    resume booked attempts of them as "unknown".
+    """
+    saved: list[WorkflowCheckpoint] = []
+
+    def skip_odd(ctx: Any) -> bool:
+        return False
+
+    steps = [Step(f"s{i}", run=one, when=skip_odd if i % 2 else None) for i in range(6)]
+    steps += [Step(f"t{i}", run=one, depends_on=(f"s{i}",)) for i in range(0, 6, 2)]
+    await Workflow(steps).run(checkpoint_fn=saved.append, schedule="eager")
+    assert len(saved) > 3
+    for checkpoint in saved:
+        listed = {name for name, item, _ in checkpoint.in_flight if item is None}
+        assert not listed & set(checkpoint.outputs), checkpoint.seq
+        assert not listed & set(checkpoint.skipped), checkpoint.seq
