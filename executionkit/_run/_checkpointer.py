@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from executionkit._run._announcer import Announcer
 
 
-def _retrieve(future: asyncio.Future[None]) -> None:
+def retrieve(future: asyncio.Future[None]) -> None:
+    """Read a future's outcome, so that asyncio never logs it as never retrieved."""
     # A sync step may never await its save_progress future; reading the outcome here
     # keeps asyncio from logging "exception was never retrieved" for it.
     if not future.cancelled():
@@ -246,7 +247,7 @@ class Checkpointer:
         if target is None:
             target = self._record.changes
         future: asyncio.Future[None] = loop.create_future()
-        future.add_done_callback(_retrieve)
+        future.add_done_callback(retrieve)
         if self._fn is None:
             future.set_result(None)
             return future

@@ -15,6 +15,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from executionkit._plain import plain_copy
+from executionkit._run._checkpointer import retrieve
 
 if TYPE_CHECKING:
     from executionkit._record._record import Record
@@ -61,7 +62,7 @@ class StepHost:
         done: asyncio.Future[None] = asyncio.Future(loop=loop)
 
         def hand_over() -> None:
-            done.add_done_callback(_read)  # a thread never awaits it: no "never retrieved"
+            done.add_done_callback(retrieve)  # a thread never awaits it: no "never retrieved"
             saved = self._checkpointer.save_soon(loop, self._record.save_progress(name, copy))
             saved.add_done_callback(partial(_pass_on, done))
 
@@ -78,11 +79,6 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
-
-
-def _read(future: asyncio.Future[None]) -> None:
-    if not future.cancelled():
-        future.exception()
 
 
 def _pass_on(done: asyncio.Future[None], saved: asyncio.Future[None]) -> None:
