@@ -1,6 +1,12 @@
 """What plain-function steps and map items cost, in each schedule and checkpoint mode.
 
-Plain functions block the event loop while they run, so since issue 19 a run
+Since issue 30 a plain function runs in a worker thread unless it is marked
+``inline=True``; the first table compares, per step, no-op async functions,
+plain functions in threads and inline plain functions (batch mode, one
+checkpoint per batch). A tree without ``inline`` (before issue 30) runs plain
+functions inline: its "threads" column then measures that.
+
+Inline plain functions block the event loop while they run, so since issue 19 a run
 with a ``checkpoint_fn`` hands each completed plain step to it before the next
 starts in eager mode and with ``checkpoint_every="step"``, and each plain map
 item always; ``checkpoint_every="batch"`` is unchanged. This measures, per step
@@ -48,21 +54,54 @@ def item(value: int, ctx: Any) -> int:
     return value
 
 
-def build(shape: str, size: int) -> tuple[Workflow, dict[str, Any]]:
+async def noop_async(ctx: Any) -> int:
+    del ctx
+    return 1
+
+
+async def item_async(value: int, ctx: Any) -> int:
+    del ctx
+    return value
+
+
+KINDS = ("async", "threads", "inline")
+
+
+def build(shape: str, size: int, kind: str = "inline") -> tuple[Workflow, dict[str, Any]]:
+    """The graph of ``shape``: async steps, plain ones in threads, or inline plain ones."""
+    options: dict[str, Any] = {"inline": True} if kind == "inline" else {}
+    step_fn: Any = noop_async if kind == "async" else noop
+    item_fn: Any = item_async if kind == "async" else item
     if shape == "map":
-        return Workflow([Step.map("items", item, over="values")]), {"values": list(range(size))}
+        return (
+            Workflow([Step.map("items", item_fn, over="values", **options)]),
+            {"values": list(range(size))},
+        )
     names = [f"s{n}" for n in range(size)]
     if shape == "wide":
-        return Workflow(Step(name, noop) for name in names), {}
+        return Workflow(Step(name, step_fn, **options) for name in names), {}
     steps = [
-        Step(name, noop, depends_on=() if n == 0 else (names[n - 1],))
+        Step(name, step_fn, depends_on=() if n == 0 else (names[n - 1],), **options)
         for n, name in enumerate(names)
     ]
     return Workflow(steps), {}
 
 
-def measure(shape: str, size: int, schedule: Any, every: Any, repeat: int) -> float:
-    workflow, context = build(shape, size)
+def has_inline() -> bool:
+    """Whether the tree measured knows ``Step(inline=...)`` (issue 30 and later)."""
+    try:
+        Step("x", noop, inline=True)  # type: ignore[call-arg, unused-ignore]
+    except TypeError:
+        return False
+    return True
+
+
+def measure(
+    shape: str, size: int, schedule: Any, every: Any, repeat: int, *, kind: str = "inline"
+) -> float:
+    if kind == "inline" and not has_inline():
+        kind = "threads"  # before issue 30 every plain function ran inline
+    workflow, context = build(shape, size, kind)
     times = []
     taken = [0]
 
@@ -91,7 +130,16 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args()
-    print(f"| µs per step ({args.size}) | batch, every batch | batch, every step | eager |")
+    print(f"| µs per step ({args.size}), batch mode | async | plain, threads | plain, inline |")
+    print("|---|---:|---:|---:|")
+    for shape in ("wide", "chain", "map"):
+        cells = [
+            f"{measure(shape, args.size, 'batch', 'batch', args.repeat, kind=kind):.1f}"
+            for kind in KINDS
+        ]
+        print(f"| {shape} | {' | '.join(cells)} |")
+    print()
+    print(f"| µs per inline step ({args.size}) | batch, every batch | batch, every step | eager |")
     print("|---|---:|---:|---:|")
     for shape in ("wide", "chain", "map"):
         cells = [

@@ -26,17 +26,17 @@ DICTIONARIES: dict[str, dict[str, str]] = {
 
 
 def words(ctx: Mapping[str, Any]) -> list[str]:
-    """Split the input text into words (no model call)."""
+    """Split the input text into words (no model call: cheap glue, run inline)."""
     return str(ctx["text"]).lower().split()
 
 
 def count(ctx: Mapping[str, Any]) -> PatternResult[int]:
-    """Count the words, as if a model had been asked to."""
+    """Count the words, as if a model had been asked to (instantly here: run inline)."""
     return PatternResult(len(ctx["words"]), cost=TokenUsage(120, 4, 1))
 
 
-def translate(ctx: Mapping[str, Any]) -> PatternResult[str]:
-    """Translate word by word; fails for a language without a dictionary."""
+async def translate(ctx: Mapping[str, Any]) -> PatternResult[str]:
+    """Translate word by word, as a model would; fails for a language without a dictionary."""
     lang = ctx["lang"]
     if lang not in DICTIONARIES:
         msg = f"no dictionary for language {lang!r} (known: {', '.join(sorted(DICTIONARIES))})"
@@ -47,16 +47,18 @@ def translate(ctx: Mapping[str, Any]) -> PatternResult[str]:
 
 
 def report(ctx: Mapping[str, Any]) -> dict[str, Any]:
-    """Put the pieces together (no model call)."""
+    """Put the pieces together (no model call: cheap glue, run inline)."""
     return {"words": ctx["count"], "translation": ctx["translate"]}
 
 
 workflow = Workflow(
     [
-        Step("words", words),
-        Step("count", count, depends_on=("words",)),
+        # A plain function runs in a worker thread, unless it is marked inline=True:
+        # then on the event loop, in order, which suits quick glue.
+        Step("words", words, inline=True),
+        Step("count", count, depends_on=("words",), inline=True),
         Step("translate", translate, depends_on=("words",)),
-        Step("report", report, depends_on=("count", "translate")),
+        Step("report", report, depends_on=("count", "translate"), inline=True),
     ]
 )
 

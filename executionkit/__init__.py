@@ -31,7 +31,7 @@ from executionkit._run._step_context import StepContext, current_step
 from executionkit._types import PatternResult, TokenUsage
 from executionkit._workflow import Workflow
 
-__version__ = "0.2.0.dev0"
+__version__ = "0.5.0.dev0"
 
 __all__ = [
     "BudgetExceeded",

@@ -108,6 +108,7 @@ class Workflow:
         on_event: EventCallback | Sequence[EventCallback] | None = None,
         executor: Executor | None = None,
         checkpoint_every: CheckpointEvery = "batch",
+        stop_grace: float = 5.0,
     ) -> WorkflowResult:
         """Run every step not yet recorded, checkpointing after each batch.
 
@@ -176,11 +177,16 @@ class Workflow:
                 them, each getting every event in turn (``[Tracing(),
                 ConsoleProgress()]``). What one raises is logged on the
                 ``executionkit`` logger and never affects the run or the others.
-            executor: A `concurrent.futures.Executor` to run plain-function
-                steps in: threads for blocking I/O, processes for CPU-bound
-                work, or a Dask client's ``get_executor()`` to spread steps over
-                a cluster. Async steps stay on the event loop, and checkpoints
-                are taken in this process. In a thread, ``current_step()`` works;
+            executor: Where plain-function (``def``) steps and map items run.
+                Default: a worker thread each (threads the runs of the process
+                share, one per call running, never queued: bound them with
+                ``max_concurrency``), so they run side by side and the event
+                loop stays free; steps marked ``inline=True`` run on the loop.
+                Give a `concurrent.futures.Executor` for processes (CPU-bound
+                work), a thread pool of your own, or a Dask client's
+                ``get_executor()`` to spread steps over a cluster. Async steps
+                stay on the event loop, and checkpoints are taken in this
+                process. In a thread, ``current_step()`` works;
                 in other executors the step receives ``ctx`` as a plain dict,
                 and it and its values must be picklable; there
                 ``current_step()`` gives its name, attempt and
@@ -194,6 +200,15 @@ class Workflow:
                 still running, not their finished siblings. Batch order is the
                 same either way. Choose ``"step"`` when steps are expensive.
                 Eager mode always checkpoints after each completion.
+            stop_grace: Seconds a stopping run (cancelled, Ctrl-C, SIGTERM, a
+                step failing with ``on_error="cancel"``) waits for plain
+                functions already running in threads, which cannot be
+                interrupted (default 5.0). One that finishes in time is
+                recorded; one that does not is abandoned: the last checkpoint
+                lists its attempt in ``in_flight``, so a resume counts its
+                usage as unknown and runs it again. ``0`` abandons at once;
+                ``math.inf`` waits for ever. Async steps are cancelled at once
+                whatever this says.
 
         Returns:
             The outputs of every step and the total token usage. When questions

@@ -1,8 +1,9 @@
 """The process the map kill test kills: a 40-item map recorded into a JSON Lines file.
 
-Usage: ``python tests/map_crash_worker.py CHECKPOINT [plain]``. Not a test module.
-With ``plain``, the items are a plain function (which blocks the event loop
-while it runs) instead of a coroutine function. Each
+Usage: ``python tests/map_crash_worker.py CHECKPOINT [plain | inline]``. Not a
+test module. With ``plain``, the items are a plain function (run in worker
+threads) instead of a coroutine function; with ``inline``, a plain function
+marked ``inline=True`` (which blocks the event loop while it runs). Each
 event is one line on stdout, written with one ``os.write`` so lines stay whole:
 ``run-start <recorded item keys, comma-separated>`` (what the file held when the
 run began; ``*`` when the map's output itself was recorded), ``item-start <key>``,
@@ -42,11 +43,11 @@ def summarise_plain(item: int, ctx: Any) -> PatternResult[int]:
     return PatternResult(item * item, cost=TokenUsage(item, 1, 1))
 
 
-def workflow(run: Any) -> Workflow:
+def workflow(run: Any, *, inline: bool = False) -> Workflow:
     return Workflow(
         [
             Step("split", lambda ctx: list(range(ITEMS))),
-            Step.map("squares", run, over="split", key=str, max_concurrency=4),
+            Step.map("squares", run, over="split", key=str, max_concurrency=4, inline=inline),
             Step("total", lambda ctx: sum(ctx["squares"]), depends_on=("squares",)),
         ]
     )
@@ -55,7 +56,7 @@ def workflow(run: Any) -> Workflow:
 WORKFLOW = workflow(summarise)
 
 
-def main(path: str, plain: bool) -> None:
+def main(path: str, mode: str) -> None:
     store = JsonLinesStore(path)
     resume = store.load()
     if resume is None:
@@ -70,7 +71,7 @@ def main(path: str, plain: bool) -> None:
         store(checkpoint)
         say(f"checkpoint {checkpoint.seq}")
 
-    chosen = workflow(summarise_plain) if plain else WORKFLOW
+    chosen = WORKFLOW if not mode else workflow(summarise_plain, inline=mode == "inline")
     result = chosen.run_sync(resume_from=resume, checkpoint_fn=save)
     cost = result.cost
     summary = {"total": result.outputs["total"], "cost": [cost.input_tokens, cost.llm_calls]}
@@ -78,4 +79,4 @@ def main(path: str, plain: bool) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], plain=sys.argv[2:] == ["plain"])
+    main(sys.argv[1], mode=sys.argv[2] if len(sys.argv) > 2 else "")

@@ -114,8 +114,20 @@ class FileLocation:
             msg = f"{self.label}: {error_text(exc)}"
             raise CliError(msg) from None
 
-    def writer(self, flag: str) -> Callable[[WorkflowCheckpoint], object]:
-        """A ``checkpoint_fn`` that writes the file (atomically, or by appending lines)."""
+    def writer(
+        self, flag: str, *, history: bool = False
+    ) -> Callable[[WorkflowCheckpoint], object]:
+        """A ``checkpoint_fn`` that writes the file (atomically, or by appending lines).
+
+        ``history`` (keep every checkpoint) is what a JSON Lines file does anyway;
+        a JSON file keeps only the latest, so it is refused there.
+        """
+        if history and not self.lines:
+            msg = (
+                f"--history: {self.label} is a JSON file, which keeps only the latest "
+                f"checkpoint; a JSON Lines file (.jsonl) or a database keeps every one"
+            )
+            raise CliError(msg)
         if not self.path.parent.is_dir():
             msg = f"{flag} {self.label}: folder {self.path.parent} does not exist"
             raise CliError(msg)
@@ -152,8 +164,11 @@ class DatabaseLocation:
     # The URL as given, without its run_id (and its password: never shown, never compared).
     given: str = field(default="", compare=False, repr=False)
 
-    def store(self) -> _Database:
-        """The store for this database; `CliError` if it cannot be opened."""
+    def store(self, *, history: bool = False) -> _Database:
+        """The store for this database (keeping every checkpoint if ``history``).
+
+        `CliError` if it cannot be opened.
+        """
         if self.scheme == "sqlite":
             from executionkit.stores import SQLiteStore  # noqa: PLC0415
 
@@ -161,7 +176,7 @@ class DatabaseLocation:
             if not path.parent.is_dir():
                 msg = f"{self.label}: folder {path.parent} does not exist"
                 raise CliError(msg)
-            return SQLiteStore(path)
+            return SQLiteStore(path, history=history)
         from executionkit import stores  # noqa: PLC0415
 
         postgres: Any = getattr(stores, "PostgresStore", None)
@@ -169,7 +184,7 @@ class DatabaseLocation:
             msg = f"{self.label}: this executionkit has no PostgreSQL store"
             raise CliError(msg)
         try:
-            database: _Database = postgres(self.target)
+            database: _Database = postgres(self.target, history=history)
         except ImportError as exc:
             msg = f"{self.label}: {error_text(exc)}"
             raise CliError(msg) from None
@@ -230,10 +245,15 @@ class DatabaseLocation:
         run_ids: list[str] = self._call(lambda store: store.run_ids())
         return run_ids
 
-    def writer(self, flag: str) -> Callable[[WorkflowCheckpoint], object]:
-        """A ``checkpoint_fn`` saving into the database (``flag`` is for messages)."""
+    def writer(
+        self, flag: str, *, history: bool = False
+    ) -> Callable[[WorkflowCheckpoint], object]:
+        """A ``checkpoint_fn`` saving into the database (``flag`` is for messages).
+
+        ``history``: keep every checkpoint, not only the latest.
+        """
         del flag  # the store reports its own problems, naming the database
-        return self.store()
+        return self.store(history=history)
 
     def reports_owners(self) -> bool:
         """Whether the database's store can say who claims a run (`owner`)."""

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from executionkit import __version__
+from executionkit._cli._run_options import add_run_options
 
 _EXIT_CODES = """\
 exit codes:
@@ -152,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
             "questions, the items of maps) and exit 0: nothing runs and nothing is written"
         ),
     )
+    add_run_options(run)
 
     inspect = commands.add_parser(
         "inspect",
@@ -336,3 +338,4 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     serve.add_argument(
         "--port", type=int, default=8765, help="the port (default 8765; 0 picks a free one)"
     )
+    add_run_options(serve)

@@ -21,6 +21,7 @@ from executionkit._cli._load import load_workflow, read_inputs
 from executionkit._cli._location import DatabaseLocation, parse_location
 from executionkit._cli._maps import recorded_steps, unfinished_maps
 from executionkit._cli._questions import GivenAnswers, now, pending_lines
+from executionkit._cli._run_options import RunFlags
 from executionkit._cli._text import error_text, json_document, out, say
 from executionkit._define._questions import waiting_in
 from executionkit._terminal import show
@@ -150,13 +151,28 @@ def run_command(args: argparse.Namespace) -> int:
     workflow = load_workflow(args.workflow)
     if args.dry_run:  # before the store is opened for writing: nothing is written
         return dry_run(args, workflow, context, answers, resume=resume, run_id=run_id)
-    saver = _Saver(None if location is None else location.writer("--checkpoint"), resume)
-    label = None if location is None else location.label
-    if args.discard_unknown_steps and resume is not None:
-        _say_discarded(workflow, resume, label)
-    return _run(
-        args, workflow, context, answers, label=label, resume=resume, saver=saver, run_id=run_id
-    )
+    flags = RunFlags.of(args)
+    try:
+        saver = _Saver(
+            None if location is None else location.writer("--checkpoint", history=flags.history),
+            resume,
+        )
+        label = None if location is None else location.label
+        if args.discard_unknown_steps and resume is not None:
+            _say_discarded(workflow, resume, label)
+        return _run(
+            args,
+            workflow,
+            context,
+            answers,
+            label=label,
+            resume=resume,
+            saver=saver,
+            run_id=run_id,
+            flags=flags,
+        )
+    finally:
+        flags.close()
 
 
 def _run(
@@ -169,6 +185,7 @@ def _run(
     resume: WorkflowCheckpoint | None,
     saver: _Saver,
     run_id: str | None,
+    flags: RunFlags,
 ) -> int:
     """Run ``workflow``; report how it ended and return the exit code."""
     from executionkit._errors import RunArgumentError  # noqa: PLC0415
@@ -184,17 +201,20 @@ def _run(
             run_id=run_id,
             # A fresh run names its workflow; a resumed one keeps the checkpoint's metadata.
             metadata={"workflow": args.workflow} if resume is None else None,
-            # Outputs that could not be written to the file fail their step at once.
-            validate_json=label is not None,
-            on_event=events,
+            # Outputs that could not be written to the file, or printed as the JSON the
+            # command prints, fail their step at once.
+            validate_json=True,
+            on_event=[events, *flags.listeners] if flags.listeners else events,
             rerun=args.rerun or None,
             unknown_steps="discard" if args.discard_unknown_steps else "error",
             # Steps are expensive: each one is saved as it completes, not with its batch.
             checkpoint_every="step",
+            **flags.options,
         )
     except RunArgumentError as exc:  # before any step ran, CheckpointMismatchError included
         raise CliError(in_cli_terms(str(exc), workflow)) from None
     except WorkflowFailed as failure:
+        _missing_inputs(failure, workflow)
         for name, error in failure.errors.items():
             say(f"step {show(name)} failed: {in_cli_terms(error_text(error), workflow)}")
             for line in events.item_lines(name):
@@ -219,6 +239,36 @@ def _run(
     return _ended(result, label, saver, workflow)
 
 
+def _missing_inputs(failure: Exception, workflow: Workflow) -> None:
+    """Raise `CliError` (exit 2) when every failed step read an input nobody gave.
+
+    A workflow that declares its inputs has them checked before anything runs;
+    one that does not learns it when a step reads ``ctx`` for a key that is no
+    step: bad input, said as such, naming the key and the flag that gives it.
+    """
+    from executionkit._errors import ContextKeyError  # noqa: PLC0415
+
+    errors = getattr(failure, "errors", {})
+    steps = {step.name for step in workflow.steps}
+    missing: dict[str, str] = {
+        error.key: name
+        for name, error in errors.items()
+        if isinstance(error, ContextKeyError)
+        and isinstance(error.key, str)
+        and error.key not in steps
+    }
+    if not errors or len(missing) != len(errors):
+        return
+    key, step = next(iter(missing.items()))
+    others = "".join(f" --input {other}=VALUE" for other in list(missing)[1:])
+    msg = (
+        f"step {show(step)} reads input {show(key)}, which was not given: pass --input "
+        f"{key}=VALUE{others} (or --inputs-json FILE); declare Workflow(..., inputs=[...]) "
+        f"to have inputs checked before any step runs"
+    )
+    raise CliError(msg)
+
+
 def _stopped(
     error: Exception,
     answers: GivenAnswers,
@@ -232,9 +282,16 @@ def _stopped(
 
     Ours: an answer a check refused or a claim that could not be taken (bad
     input), a run another process owns or saved since this command loaded it
-    (nothing ran, exit 4), and the store failing to save (exit 1).
+    (nothing ran, exit 4), the store failing to save and the budget reached
+    (exit 1).
     """
     from executionkit._errors import RunClaimedError, StaleCheckpointError  # noqa: PLC0415
+    from executionkit._record._result import BudgetExceeded  # noqa: PLC0415
+
+    if isinstance(error, BudgetExceeded):
+        say(str(error).partition(". ")[0])  # what was reached; the rest is for Python callers
+        say(f"{_saved(label, saver, workflow)} with a larger --budget")
+        return EXIT_FAILED
 
     source = answers.refused(error)
     if source is not None:  # raised before anything ran, as RunArgumentError is

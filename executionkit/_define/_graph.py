@@ -51,6 +51,7 @@ class Graph:
         "maps",
         "names",
         "nested",
+        "on_loop",
         "plain",
         "plain_items",
         "step_info",
@@ -97,11 +98,15 @@ class Graph:
         self.workflows = frozenset(workflows)
         # Ask steps: their run computes a question, and their output is the answer.
         self.asks = frozenset(asks)
-        # Maps whose function is plain: with an executor, their items run there.
+        # Maps whose function is plain: their items run in the run's executor (threads).
         self.plain_items = frozenset(plain_items)
-        # Plain-function steps; those without retries run inline, without a task.
+        # Plain-function steps: they run in the run's executor (threads).
         self.plain = frozenset(plain)
-        self.inline = frozenset(p for p in plain if self.steps[p].retries == 0)
+        # Plain steps and maps' plain items that run on the loop's thread (inline=True).
+        steps = self.steps
+        self.on_loop = frozenset(p for p in (*plain, *plain_items) if steps[p].inline)
+        # Of those, the steps without retries: called where they start, without a task.
+        self.inline = frozenset(p for p in plain if steps[p].inline and steps[p].retries == 0)
         # Steps whose outputs are recorded through Step.encode.
         self.encoded = frozenset(encoded)
         # What checkpoints record about each step, built once and shared by all of them.

@@ -65,6 +65,7 @@ class RunOptions:
     on_event: Callable[[Any], object] | None = None
     executor: Executor | None = None
     checkpoint_every: CheckpointEvery = "batch"
+    stop_grace: float = 5.0
     answers: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     # rerun paths into sub-workflows: (step, item key or None) -> the rest of each path.
     rerun_within: Mapping[tuple[str, str | None], frozenset[str]] = field(
@@ -160,6 +161,7 @@ class RunOptions:
             on_event=on_event,
             executor=executor,  # type: ignore[arg-type]  # duck-typed: has submit()
             checkpoint_every=checkpoint_every,  # type: ignore[arg-type]  # checked by _one_of
+            stop_grace=_checked_grace(arguments["stop_grace"]),
             answers=answers,
         )
 
@@ -168,6 +170,17 @@ class RunOptions:
 _NO_ANSWERS: Mapping[str, Any] = MappingProxyType({})
 _NO_RERUN: frozenset[str] = frozenset()
 _NO_RERUN_WITHIN: Mapping[tuple[str, str | None], frozenset[str]] = MappingProxyType({})
+
+
+def _checked_grace(value: object) -> float:
+    """``stop_grace``: a number of seconds, zero or more (``math.inf``: wait for ever)."""
+    if type(value) not in {int, float} or not value >= 0:  # type: ignore[operator]
+        msg = (
+            f"stop_grace must be a number of seconds, zero or more (math.inf: wait for "
+            f"ever), got {value!r}"
+        )
+        raise RunArgumentError(msg)
+    return float(value)  # type: ignore[arg-type]
 
 
 def _checked_context(graph: Graph, initial_context: object) -> dict[str, Any]:

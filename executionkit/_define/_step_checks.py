@@ -173,13 +173,33 @@ def _check_retry_settings(step: Step) -> None:
     if _check_number(name, "timeout", timeout, 0.0) == 0:
         msg = f"step {name!r}: timeout must be a positive number of seconds or None, got 0"
         raise WorkflowDefinitionError(msg)
-    if not is_async_callable(step.run):
+    if step.inline is True:
         msg = (
-            f"step {name!r}: timeout needs an async run function; a plain function runs "
-            f"inline and cannot be interrupted. Make it 'async def' and hand blocking work "
-            f"to a thread with 'await asyncio.to_thread(...)'"
+            f"step {name!r}: timeout cannot apply with inline=True: a plain function "
+            f"running on the event loop's thread cannot be interrupted. Drop inline=True "
+            f"(it then runs in a worker thread, abandoned when it times out)"
         )
         raise WorkflowDefinitionError(msg)
+
+
+def _check_inline(step: Step) -> None:
+    name = step.name
+    inline: object = step.inline
+    if type(inline) is not bool:
+        msg = f"step {name!r}: inline must be True or False, got {inline!r}"
+        raise WorkflowDefinitionError(msg)
+    run: object = step.run
+    if is_workflow(run):
+        msg = f"step {name!r}: inline=True applies to plain functions, not to a sub-workflow"
+        raise WorkflowDefinitionError(msg)
+    if is_async_callable(run):
+        msg = (
+            f"step {name!r}: inline=True applies to plain (def) functions; "
+            f"an async function already runs on the event loop"
+        )
+        raise WorkflowDefinitionError(msg)
+    if step.timeout is not None:
+        _check_retry_settings(step)
 
 
 def _check_resume_settings(step: Step) -> None:

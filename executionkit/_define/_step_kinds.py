@@ -29,6 +29,7 @@ MAP_OPTIONS = frozenset(
         "decode",
         "when",
         "join",
+        "inline",
     }
 )
 

@@ -6,7 +6,8 @@ before the next checkpoint: the attempts running (the ledger's open ones,
 except a map's items: a running map is listed once, by its name), the steps
 about to start (the loop's ready list, kept until they end), and the steps
 that outputs landed since the last merge make ready (a map item's or a
-step's progress checkpoint holds those outputs before the loop saw them).
+step's progress checkpoint holds those outputs before the loop saw them), and
+the attempts a stopping run abandoned in their threads.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ Attempt = tuple[str, "str | None", int]
 class InFlight:
     """The room of a run's record that knows what may be spending now."""
 
-    __slots__ = ("_pruned", "_record", "growing", "listed_at", "maps", "next_up")
+    __slots__ = ("_pruned", "_record", "abandoned", "growing", "listed_at", "maps", "next_up")
 
     def __init__(self, record: Record) -> None:
         self._record = record
@@ -44,6 +45,9 @@ class InFlight:
         self.growing = False
         # The length of next_up when it was last rebuilt without the steps that ended.
         self._pruned = 0
+        # Attempts a stopping run left running in their threads (past the grace): they
+        # may still spend, so they stay listed, to the run's last checkpoint.
+        self.abandoned: list[Attempt] = []
 
     def coming(self, ready: list[int] | None, fresh: list[int] | None = None) -> None:
         """Steps about to start; None: no step starts any more.
@@ -116,6 +120,8 @@ class InFlight:
         # A running map is listed by itself (item key None), not item by item: its
         # checkpoints stay small however many items run at once.
         running = tuple(a for a in record.ledger.in_flight() if a[1] is None)
+        if self.abandoned:
+            running += tuple(self.abandoned)
         if not self.next_up and not self.maps and not record.landed:
             return running
         graph = record.graph

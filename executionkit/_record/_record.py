@@ -305,6 +305,11 @@ class Record:
             self.last_waste[name, key] = cost
         return cost
 
+    def abandon(self, name: str, key: str | None, attempt: int) -> None:
+        """A stopping run left this attempt running in its thread: it stays listed in flight."""
+        self.in_flight.abandoned.append((name, key, attempt))
+        self.changes += 1
+
     def waste_of(self, name: str, key: str | None) -> TokenUsage:
         """What the last attempt of ``name`` (item ``key``) that failed spent; forget it."""
         return self.last_waste.pop((name, key), _ZERO) if self.last_waste else _ZERO

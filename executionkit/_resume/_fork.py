@@ -20,7 +20,7 @@ from executionkit._checkpoint._ledger import LedgerEntry
 from executionkit._checkpoint._value import WorkflowCheckpoint
 from executionkit._define._graph import graph_of
 from executionkit._define._step_kinds import AskStep, MapStep
-from executionkit._errors import RunArgumentError
+from executionkit._errors import RunArgumentError, did_you_mean
 from executionkit._paths import child_run_id, join_path, split_path
 from executionkit._plain import plain_copy
 from executionkit._types import TokenUsage
@@ -256,7 +256,8 @@ def _split(
         segments = split_path(path)
         head = segments[0]
         if head not in graph.index:
-            msg = f"{what}: {prefix + path!r} is not a step of the workflow"
+            hint = did_you_mean(head, graph.names)
+            msg = f"{what}: {prefix + path!r} is not a step of the workflow{hint}"
             raise RunArgumentError(msg)
         if len(segments) == 1:
             own[head] = value

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import contextvars
 import inspect
+import math
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from types import CoroutineType
@@ -28,6 +29,7 @@ from executionkit._run._carry import Carried, identity_now, unwrap
 from executionkit._run._map import drive
 from executionkit._run._outcome import UNFINISHED, VALUE, Unfinished, caught
 from executionkit._run._step_context import CURRENT_STEP, StepContext
+from executionkit._run._threads import PlainThreads
 from executionkit.events import ItemStarted, StepRetried, StepStarted
 
 if TYPE_CHECKING:
@@ -63,18 +65,101 @@ async def _with_timeout(awaitable: Any, what: str, attempt: int, seconds: float)
         raise TimeoutError(msg) from None
 
 
+class Abandoned(asyncio.CancelledError):
+    """A cancellation that left a plain function running in its thread past the grace.
+
+    Its attempt may still be spending: the run's last checkpoint lists it as in
+    flight (a resume books its usage as unknown and runs it again).
+    """
+
+
+class Expired(Exception):  # noqa: N818 - internal, turned into the attempt's TimeoutError
+    """A plain function in a thread ran past its step's timeout and was abandoned."""
+
+
+async def _expiring(awaitable: Any, what: str, attempt: int, seconds: float) -> Any:
+    """Await work elsewhere that times itself out (`Expired`) as `_with_timeout` would."""
+    try:
+        return await awaitable
+    except Expired:
+        msg = f"{what} attempt {attempt} timed out after {seconds:g} s"
+        raise TimeoutError(msg) from None
+
+
+def _nobodys(work: asyncio.Future[Any]) -> None:
+    """The outcome of abandoned work: read, so that asyncio does not report it, and dropped."""
+    if not work.cancelled():
+        work.exception()
+
+
+async def _wait_for(work: asyncio.Future[Any], grace: float, limit: float | None) -> bool:
+    """Wait for ``work`` up to ``limit`` seconds, and up to ``grace`` after a cancellation.
+
+    Returns whether a cancellation arrived; ``work`` may still run when this returns.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = None if limit is None else loop.time() + limit
+    cancelled = False
+    while not work.done():
+        left = None if deadline is None else deadline - loop.time()
+        if left is not None and left <= 0:
+            break
+        try:
+            await asyncio.wait((work,), timeout=left)
+        except asyncio.CancelledError:
+            if not cancelled:
+                cancelled = True
+                end = loop.time() + grace
+                deadline = end if deadline is None else min(deadline, end)
+    return cancelled
+
+
+async def _shielded(work: asyncio.Future[Any]) -> bool:
+    """Wait for ``work`` to end, or for a cancellation: whether one arrived.
+
+    ``work`` itself is never cancelled here; what it raised is left in it.
+    """
+    try:
+        await asyncio.shield(work)
+    except asyncio.CancelledError:
+        # True but for work cancelled itself, which the caller reads as such.
+        return not (work.done() and work.cancelled())
+    except BaseException:  # noqa: BLE001 - the function's own error, read from work
+        return False
+    return False
+
+
 async def _finish_elsewhere(
-    work: asyncio.Future[Any], carried: tuple[Ledger, Identity] | None = None
+    work: asyncio.Future[Any],
+    grace: float,
+    limit: float | None = None,
+    carried: tuple[Ledger, Identity] | None = None,
 ) -> Any:
     """Await work running in an executor, which a cancellation cannot stop.
 
-    A thread or a worker process cannot be interrupted, so run() must not return
-    while it still runs: wait for it even if cancelled. If it completed, its output
-    is returned (and so recorded and checkpointed: it was paid for); otherwise the
-    cancellation goes on. Work in another process (``carried``) brings back the
-    usage it reported, booked in the ledger first, whatever the outcome.
+    A thread or a worker process cannot be interrupted: once cancelled, wait up
+    to ``grace`` seconds for it. If it completed, its output is returned (and
+    so recorded and checkpointed: it was paid for); if it did not, it is
+    abandoned (`Abandoned`); otherwise the cancellation goes on. Past
+    ``limit`` seconds (the step's timeout), it is abandoned too (`Expired`).
+    Work in another process (``carried``) brings back the usage it reported,
+    booked in the ledger first, whatever the outcome.
     """
-    cancelled = await wait_through(work)
+    began = 0.0 if limit is None else asyncio.get_running_loop().time()
+    if limit is None and grace == math.inf:
+        cancelled = await wait_through(work)
+    else:
+        if limit is None:
+            cancelled = await _shielded(work)  # the common case, lean
+            if cancelled and not work.done():
+                await _wait_for(work, grace, grace)
+        else:
+            cancelled = await _wait_for(work, grace, limit)
+        if not work.done():
+            work.add_done_callback(_nobodys)
+            if cancelled:
+                raise Abandoned
+            raise Expired
     if carried is not None and not work.cancelled():
         if cancelled and work.exception() is not None:
             with contextlib.suppress(Exception):
@@ -83,7 +168,32 @@ async def _finish_elsewhere(
         return unwrap(work, *carried)
     if cancelled and (work.cancelled() or work.exception() is not None):
         raise asyncio.CancelledError
-    return work.result()
+    result = work.result()
+    if type(result) is CoroutineType or inspect.isawaitable(result):
+        # A plain function that returned an awaitable (a lambda calling an async
+        # client): the thread only made it; it is awaited here, on the loop.
+        return await _awaited(result, None if limit is None else began + limit)
+    return result
+
+
+async def _awaited(awaitable: Any, deadline: float | None) -> Any:
+    """Await what a plain function returned, until ``deadline`` (loop time) if given."""
+    if deadline is None:
+        return await awaitable
+    try:
+        async with asyncio.timeout_at(deadline) as scope:
+            return await awaitable
+    except TimeoutError:
+        if scope.expired():
+            raise Expired from None
+        raise
+
+
+def _stopped(record: Record, name: str, key: str | None, attempt: int, exc: BaseException) -> None:
+    """An attempt was stopped (``exc``): count what it spent; keep one abandoned listed."""
+    record.charge(name, key, "cancelled")
+    if type(exc) is Abandoned:
+        record.abandon(name, key, attempt)
 
 
 def _jitter_draw() -> float:
@@ -135,11 +245,13 @@ class Attempts:
 
     __slots__ = (
         "_announcer",
+        "_away",
         "_caller_context",
         "_checkpointer",
         "_children",
         "_context",
         "_executor",
+        "_grace",
         "_graph",
         "_host",
         "_landing",
@@ -161,7 +273,8 @@ class Attempts:
         run_id: str,
         host: StepHost,
         checkpointer: Checkpointer,
-        executor: Executor | None,
+        executor: Executor,
+        grace: float,
         announcer: Announcer,
         caller_context: contextvars.Context,
         landing: Landing,
@@ -172,6 +285,8 @@ class Attempts:
     ) -> None:
         """Run steps of ``graph`` reading ``context`` and the recorded ``outputs``.
 
+        Plain functions run in ``executor`` (but those marked inline); once the
+        run stops, it waits ``grace`` seconds for them before abandoning them.
         ``pending`` holds the questions asked and not answered yet (an ask step
         with one there does not ask again).
         """
@@ -182,6 +297,9 @@ class Attempts:
         self._host = host
         self._checkpointer = checkpointer
         self._executor = executor
+        self._grace = grace
+        # Steps and maps whose plain functions run in the executor.
+        self._away = (graph.plain | graph.plain_items) - graph.on_loop
         self._announcer = announcer
         self._caller_context = caller_context
         self._landing = landing
@@ -216,7 +334,11 @@ class Attempts:
                 result = await returned
             elif step.retries or step.timeout is not None:
                 result = await self._attempts(
-                    step, partial(self._call, position, step, view), StepContext, ()
+                    step,
+                    partial(self._call, position, step, view),
+                    StepContext,
+                    (),
+                    away=position in self._away,
                 )
                 if type(result) is Unfinished:
                     ending = UNFINISHED  # the budget stopped its retries
@@ -225,8 +347,11 @@ class Attempts:
                 # nothing to time.
                 token = CURRENT_STEP.set((self._host, step.name, self._run_id, 1, 1))
                 try:
-                    executor = self._executor
-                    result = run(view) if executor is None else self._call(position, step, view)
+                    result = (
+                        self._elsewhere(run, (), view, None)
+                        if position in self._away
+                        else run(view)
+                    )
                     if type(result) is CoroutineType or inspect.isawaitable(result):
                         result = await result
                 finally:
@@ -235,7 +360,7 @@ class Attempts:
             try:
                 ending, result = caught(exc, f"step {step.name!r}", cancelling=landing.cancelling)
             except BaseException:
-                self._record.charge(step.name, None, "cancelled")  # spent all the same
+                _stopped(self._record, step.name, None, 1, exc)  # spent all the same
                 landing.finished(position)
                 raise
         if ending == VALUE and position not in self._special:
@@ -282,18 +407,23 @@ class Attempts:
         return None
 
     def _call(self, position: int, step: Step, view: ContextView) -> Any:
-        """Call the step's function; a plain one goes to the executor if the run has one."""
+        """Call the step's function; a plain one goes to the executor (not if inline)."""
         run: Any = step.run  # a function: sub-workflows never get here
-        if self._executor is None or position not in self._graph.plain:
+        if position not in self._away:
             return run(view)
-        return self._elsewhere(run, (), view)
+        return self._elsewhere(run, (), view, step.timeout)
 
-    def _elsewhere(self, run: Any, leading: tuple[Any, ...], view: ContextView) -> Any:
+    def _elsewhere(
+        self, run: Any, leading: tuple[Any, ...], view: ContextView, timeout: float | None
+    ) -> Any:
         """Call ``run(*leading, ctx)`` in the run's executor; await it with `_finish_elsewhere`."""
         executor = self._executor
         loop = asyncio.get_running_loop()
-        if isinstance(executor, ThreadPoolExecutor):
+        if type(executor) is PlainThreads:
             # A thread can run in a copy of this context: current_step() works there.
+            context = contextvars.copy_context()
+            work = executor.run_soon(loop, context.run, run, *leading, view)
+        elif isinstance(executor, ThreadPoolExecutor):
             context = contextvars.copy_context()
             work = loop.run_in_executor(executor, context.run, run, *leading, view)
         else:
@@ -304,8 +434,8 @@ class Attempts:
                 run = Carried(run, identity)
             work = loop.run_in_executor(executor, partial(run, *leading, dict(view)))
             if identity is not None:
-                return _finish_elsewhere(work, (self._ledger, identity))
-        return _finish_elsewhere(work)
+                return _finish_elsewhere(work, self._grace, timeout, (self._ledger, identity))
+        return _finish_elsewhere(work, self._grace, timeout)
 
     async def _map(self, position: int, step: Step, view: ContextView) -> Any:
         """Run the items of the map step at ``position`` (see `executionkit._run._map.drive`)."""
@@ -313,17 +443,17 @@ class Attempts:
         item = partial(self._item, position, step, view)
         graph = self._graph
         children = position in graph.workflows
-        plain = self._executor is None and position in graph.plain_items
+        plain = position in graph.on_loop
         return await drive(
             position, step, view, item, self._maps, takes_slots=not children, plain=plain
         )
 
     def _call_item(self, position: int, step: Step, view: ContextView, item: Any) -> Any:
-        """Call a map's function on one item; a plain one goes to the run's executor."""
+        """Call a map's function on one item; a plain one goes to the executor (not if inline)."""
         run: Any = step.run
-        if self._executor is None or position not in self._graph.plain_items:
+        if position not in self._away:
             return run(item, view)
-        return self._elsewhere(run, (item,), view)
+        return self._elsewhere(run, (item,), view, step.timeout)
 
     async def _item(
         self, position: int, step: Step, view: ContextView, key: str, item: Any
@@ -332,13 +462,14 @@ class Attempts:
         if position in self._graph.workflows:
             context = {**view, "item": item, "item_key": key}
             return await self._children.run(step.name, step.run, context, key)  # type: ignore[arg-type]
-        if (
-            step.retries
-            or step.timeout is not None
-            or (self._executor is not None and position in self._graph.plain_items)
-        ):
+        away = position in self._away
+        if step.retries or step.timeout is not None or away:
             return await self._attempts(
-                step, partial(self._call_item, position, step, view, item), StepContext, (key,)
+                step,
+                partial(self._call_item, position, step, view, item),
+                StepContext,
+                (key,),
+                away=away,
             )
         # The common case, kept lean (no coroutine of its own): one attempt, nothing to time.
         run: Any = step.run
@@ -357,10 +488,13 @@ class Attempts:
         call: Callable[[], Any],
         make: Callable[..., StepContext],
         item: tuple[str, ...],
+        *,
+        away: bool,
     ) -> Any:
         """The general case: a timeout per attempt, and retries with backoff.
 
         ``call()`` makes one attempt; ``item`` is ``(key,)`` in a map item.
+        ``away``: the attempt runs in the executor, and times itself out.
         """
         attempt = 1
         name = step.name
@@ -378,6 +512,8 @@ class Attempts:
                 if inspect.isawaitable(result):
                     if step.timeout is None:
                         result = await result
+                    elif away:
+                        result = await _expiring(result, what, attempt, step.timeout)
                     else:
                         result = await _with_timeout(result, what, attempt, step.timeout)
             except Exception as exc:
@@ -392,8 +528,8 @@ class Attempts:
                 if attempt > step.retries or not isinstance(exc, step.retry_on):
                     raise
                 failure = exc
-            except BaseException:
-                record.charge(name, key, "cancelled")
+            except BaseException as exc:
+                _stopped(record, name, key, attempt, exc)
                 raise
             else:
                 return result

@@ -104,6 +104,7 @@ class ChildRuns:
             "max_concurrency": options.max_concurrency,
             "on_event": options.on_event,
             "executor": options.executor,
+            "stop_grace": options.stop_grace,
             "checkpoint_every": "step",
             "answers": record.children.take_answers(name, key),
             "unknown_steps": options.unknown_steps,

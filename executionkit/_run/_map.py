@@ -106,7 +106,7 @@ async def drive(
     finally:
         running.discard(position)
     if driver.failures:
-        raise driver.failed(len(pairs))
+        raise driver.failed(pairs)
     recorded = run.record.recorded_items(step.name)
     left = sum(1 for key, _ in pairs if key not in recorded)
     if left:
@@ -292,13 +292,19 @@ class _Driver:
             if key in self.tasks:  # a task's (run_in_turn awaits it without one)
                 self._done(key)
 
-    def failed(self, total: int) -> ExceptionGroup[Exception]:
-        """The error of the map step: every item's error, each noted with its key."""
+    def failed(self, pairs: list[tuple[str, Any]]) -> ExceptionGroup[Exception]:
+        """The error of the map step: every item's error, each noted with its key.
+
+        In the items' order, whatever order they failed in (items run side by side).
+        """
+        failures = self.failures
+        keys = [key for key, _ in pairs if key in failures]
+        total = len(pairs)
         errors = []
-        for key, error in self.failures.items():
+        for key in keys:
+            error = failures[key]
             error.add_note(f"executionkit: item {key!r} of map step {self.name!r}")
             errors.append(error)
-        keys = list(self.failures)
         shown = ", ".join(map(repr, keys[:10])) + (", ..." if len(keys) > 10 else "")  # noqa: PLR2004
         msg = (
             f"map step {self.name!r}: {len(keys)} of {total} items failed ({shown}); the "

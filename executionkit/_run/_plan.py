@@ -95,6 +95,7 @@ def plan_resume(graph: Graph, arguments: Mapping[str, object]) -> ResumePlan:
             "on_event": None,
             "executor": None,
             "checkpoint_every": "batch",
+            "stop_grace": 5.0,
             **arguments,
         },
     )

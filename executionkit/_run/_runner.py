@@ -41,6 +41,7 @@ from executionkit._run._outcome import FAILED, INTERRUPTED, VALUE, Ending, Landi
 from executionkit._run._policies import PARENT_STEP, SHARED_SLOTS, Policies, Slots
 from executionkit._run._running import Running
 from executionkit._run._step_host import StepHost
+from executionkit._run._threads import plain_threads
 from executionkit.events import RunStarted
 
 if TYPE_CHECKING:
@@ -101,7 +102,8 @@ class Run(Landing):
             run_id=record.run_id,
             host=StepHost(record, checkpointer),
             checkpointer=checkpointer,
-            executor=options.executor,
+            executor=options.executor or plain_threads(),
+            grace=options.stop_grace,
             announcer=announcer,
             caller_context=caller_context,
             landing=self,
@@ -116,8 +118,9 @@ class Run(Landing):
             and options.checkpoint_every == "step"
             and options.checkpoint_fn is not None
         )
-        # With an executor, plain steps go there instead of running inline.
-        self._inline_steps = graph.inline if options.executor is None else frozenset()
+        # Plain steps run in the run's executor (threads by default) but those marked
+        # inline=True: on the loop's thread, without a task when they have no retries.
+        self._inline_steps = graph.inline
         self._running = Running(
             graph,
             attempts,
@@ -125,7 +128,7 @@ class Run(Landing):
             policies,
             caller_context,
             self._inline_steps,
-            graph.plain - graph.inline if options.executor is None else frozenset(),
+            (graph.on_loop & graph.plain) - graph.inline,
             wake_each=self._eager or self._per_step,
             save_each=(self._eager or self._per_step) and options.checkpoint_fn is not None,
         )

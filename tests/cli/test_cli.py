@@ -237,6 +237,48 @@ def test_an_output_json_cannot_hold_fails_its_step_and_keeps_the_rest(
     assert dict(read_checkpoint(tmp_path / "run.json").outputs) == {"fine": "kept"}
 
 
+def test_without_a_checkpoint_an_output_json_cannot_hold_fails_its_step_too(
+    cli: Callable[..., Outcome], tmp_path: Path
+) -> None:
+    """The outputs are printed as JSON: one JSON cannot hold is refused, never a repr."""
+    write(tmp_path, "unstorable.py", UNSTORABLE)
+    failed = cli("run", "unstorable:workflow")
+    assert failed.code == 1
+    assert failed.out == ""
+    assert failed.err.splitlines()[-2].startswith(
+        "executionkit: step odd failed: CheckpointValueError: "
+    )
+
+
+NEEDS_INPUTS = """\
+from executionkit import Step, Workflow
+
+workflow = Workflow([
+    Step("words", lambda ctx: ctx["text"].split()),
+    Step("language", lambda ctx: ctx["lang"]),
+    Step("count", lambda ctx: len(ctx["words"]), depends_on=("words",)),
+])
+"""
+
+
+def test_a_fresh_run_missing_an_input_is_a_usage_error_naming_the_key(
+    cli: Callable[..., Outcome], tmp_path: Path
+) -> None:
+    """A step reading an input nobody gave: exit 2, the keys and the flag that gives them."""
+    write(tmp_path, "needs.py", NEEDS_INPUTS)
+    refused = cli("run", "needs:workflow")
+    assert refused.code == 2
+    assert refused.out == ""
+    assert refused.err.splitlines()[-1] == (
+        "executionkit: error: step words reads input text, which was not given: pass --input "
+        "text=VALUE --input lang=VALUE (or --inputs-json FILE); declare "
+        "Workflow(..., inputs=[...]) to have inputs checked before any step runs"
+    )
+    given = cli("run", "needs:workflow", "--input", "text=a b", "--input", "lang=fr")
+    assert given.code == 0, given.err
+    assert json.loads(given.out) == {"words": ["a", "b"], "language": "fr", "count": 2}
+
+
 def test_resuming_from_another_workflows_checkpoint_is_refused_and_the_file_kept(
     cli: Callable[..., Outcome], tmp_path: Path
 ) -> None:

@@ -50,16 +50,19 @@ def whole(value):
 
 workflow = Workflow(
     [
-        Step("fetch", logged("fetch", lambda ctx: f"doc about {ctx['topic']}")),
+        # inline: on the loop, one at a time, so the checkpoints come in one sequence
+        Step("fetch", logged("fetch", lambda ctx: f"doc about {ctx['topic']}"), inline=True),
         Step(
             "summarize",
             logged("summarize", lambda ctx: f"summary of {ctx['fetch']}"),
             depends_on=("fetch",),
+            inline=True,
         ),
         Step(
             "translate",
             logged("translate", lambda ctx: f"T({ctx['summarize']})"),
             depends_on=("summarize",),
+            inline=True,
         ),
         Step(
             "count",
@@ -67,6 +70,7 @@ workflow = Workflow(
             depends_on=("fetch",),
             encode=whole,
             decode=whole,
+            inline=True,
         ),
     ]
 )
@@ -291,6 +295,14 @@ def test_fork_an_earlier_checkpoint_with_seq(cli: Callable[..., Outcome], tmp_pa
     ("flags", "message"),
     [
         (("--override", "nope=1"), "--override 'nope' is not a step of the workflow"),
+        (
+            ("--override", "sumarize=1"),
+            "--override 'sumarize' is not a step of the workflow; did you mean 'summarize'?",
+        ),
+        (
+            ("--rerun", "translat"),
+            "--rerun 'translat' is not a step of the workflow; did you mean 'translate'?",
+        ),
         (("--rerun", "nope"), "--rerun 'nope' is not a step of the workflow"),
         (
             ("--override", "count=many"),

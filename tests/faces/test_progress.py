@@ -9,6 +9,7 @@ import json
 import logging
 import math
 import re
+import threading
 from collections import Counter
 from datetime import datetime
 from decimal import Decimal
@@ -318,6 +319,32 @@ def no_asyncio_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
 async def test_a_sync_step_saves_progress_without_awaiting(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """In its worker thread, a plain step's progress is checkpointed while it runs."""
+    caplog.set_level(logging.DEBUG, logger="asyncio")
+    checkpoints: list[WorkflowCheckpoint] = []
+    saved = threading.Event()
+
+    def save(checkpoint: WorkflowCheckpoint) -> None:
+        checkpoints.append(checkpoint)
+        if checkpoint.progress:
+            saved.set()
+
+    def sync_step(ctx: Mapping[str, Any]) -> str:
+        current_step().save_progress({"n": 1})  # the future is deliberately ignored
+        assert saved.wait(10), "the progress was never checkpointed"
+        return "ok"
+
+    result = await run_bounded(Workflow([Step("sync_step", sync_step)]), checkpoint_fn=save)
+    assert dict(result.outputs) == {"sync_step": "ok"}
+    # The completed output supersedes the progress.
+    assert [dict(cp.progress) for cp in checkpoints] == [{"sync_step": {"n": 1}}, {}]
+    assert [dict(cp.outputs) for cp in checkpoints] == [{}, {"sync_step": "ok"}]
+    assert no_asyncio_errors(caplog) == []
+
+
+async def test_an_inline_sync_step_saves_progress_with_its_output(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.DEBUG, logger="asyncio")
     checkpoints: list[WorkflowCheckpoint] = []
 
@@ -326,10 +353,10 @@ async def test_a_sync_step_saves_progress_without_awaiting(
         return "ok"
 
     result = await run_bounded(
-        Workflow([Step("sync_step", sync_step)]), checkpoint_fn=checkpoints.append
+        Workflow([Step("sync_step", sync_step, inline=True)]), checkpoint_fn=checkpoints.append
     )
     assert dict(result.outputs) == {"sync_step": "ok"}
-    # A plain function blocks the loop until it returns, so no checkpoint can be taken
+    # On the loop it blocks the loop until it returns, so no checkpoint can be taken
     # between the save and the completion; the completed output supersedes the progress.
     assert [dict(cp.progress) for cp in checkpoints] == [{}]
     assert [dict(cp.outputs) for cp in checkpoints] == [{"sync_step": "ok"}]

@@ -56,7 +56,11 @@ def approval() -> Workflow:
     """plan -> approve (ask, one hour to answer) -> execute; review (ask) on its own."""
     return Workflow(
         [
-            Step("plan", lambda ctx: PatternResult(["a", "b"], cost=TokenUsage(100, 20, 1))),
+            Step(  # inline: its events come in one order beside the ask
+                "plan",
+                lambda ctx: PatternResult(["a", "b"], cost=TokenUsage(100, 20, 1)),
+                inline=True,
+            ),
             Step.ask(
                 "approve",
                 lambda ctx: {"plan": ctx["plan"]},

@@ -97,8 +97,16 @@ class Pipeline:
             [
                 Step("fetch", self.fetch),
                 Step("translate", self.translate, version=self.translate_version),
-                Step("summarize", self.summarize, ("fetch",), retries=1, retry_delay=0),
-                Step("publish", self.publish, ("translate",)),
+                # inline: on the loop, their lines come in one order
+                Step(
+                    "summarize",
+                    self.summarize,
+                    ("fetch",),
+                    retries=1,
+                    retry_delay=0,
+                    inline=True,
+                ),
+                Step("publish", self.publish, ("translate",), inline=True),
             ]
         )
 

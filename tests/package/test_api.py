@@ -101,7 +101,7 @@ def test_error_hierarchy() -> None:
 def test_version_matches_pyproject() -> None:
     """__version__ is the version in pyproject.toml, and there are no runtime dependencies."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert executionkit.__version__ == project["version"] == "0.2.0.dev0"
+    assert executionkit.__version__ == project["version"] == "0.5.0.dev0"
     assert project["dependencies"] == []
     assert project["requires-python"] == ">=3.11"
 

@@ -106,10 +106,10 @@ def small_workflow() -> Workflow:
     """Batch 1: a (plain, inline), b and c (async); batch 2: d needs all three."""
     return Workflow(
         [
-            Step("a", plain_a),
+            Step("a", plain_a, inline=True),
             Step("b", async_b),
             Step("c", async_c),
-            Step("d", plain_d, depends_on=("a", "b", "c")),
+            Step("d", plain_d, depends_on=("a", "b", "c"), inline=True),
         ]
     )
 
@@ -160,7 +160,9 @@ async def test_eager_run_records_a_step_while_an_earlier_one_still_runs() -> Non
             gate.set()
 
     events: list[ev.Event] = []
-    workflow = Workflow([Step("fast", fast), Step("slow", slow), Step("after", after, ("fast",))])
+    workflow = Workflow(
+        [Step("fast", fast, inline=True), Step("slow", slow), Step("after", after, ("fast",))]
+    )
     await workflow.run(checkpoint_fn=save, run_id=RUN_ID, schedule="eager", on_event=events.append)
     assert summary(events) == [
         ("RunStarted", 3, (), False, TokenUsage()),
@@ -217,7 +219,9 @@ async def test_a_failed_step_is_reported_then_the_run_fails_with_the_raised_erro
 
     events: list[ev.Event] = []
     checkpoints: list[WorkflowCheckpoint] = []
-    workflow = Workflow([Step("bad", bad), Step("b", async_b), Step("later", later, ("b",))])
+    workflow = Workflow(
+        [Step("bad", bad, inline=True), Step("b", async_b), Step("later", later, ("b",))]
+    )
     with pytest.raises(WorkflowFailed) as caught:
         await workflow.run(checkpoint_fn=checkpoints.append, run_id=RUN_ID, on_event=events.append)
     failed = caught.value
@@ -402,7 +406,7 @@ async def test_a_cancelled_run_checkpoints_then_reports_the_cancellation(kind: s
 
     events: list[ev.Event] = []
     checkpoints: list[WorkflowCheckpoint] = []
-    workflow = Workflow([Step("done", done), Step("hang", hang)])
+    workflow = Workflow([Step("done", done, inline=True), Step("hang", hang)])
     task = asyncio.create_task(
         workflow.run(
             checkpoint_fn=checkpoints.append, run_id=RUN_ID, on_event=listener(kind, events)

@@ -451,7 +451,7 @@ def test_drive_raises_only_the_items_errors() -> None:
         for node in module_tree(_map).body
         if isinstance(node, ast.AsyncFunctionDef) and node.name == "drive"
     ]
-    assert [ast.unparse(node) for node in raises_in(drive)] == ["raise driver.failed(len(pairs))"]
+    assert [ast.unparse(node) for node in raises_in(drive)] == ["raise driver.failed(pairs)"]
     failed = methods_of(_map, "_Driver")["failed"]
     assert failed.returns is not None
     assert ast.unparse(failed.returns) == "ExceptionGroup[Exception]"

@@ -1,6 +1,7 @@
-"""Plain functions are saved as they complete (issue 19).
+"""Inline plain functions are saved as they complete (issue 19).
 
-A plain function blocks the event loop from its start to its end, so nothing
+A plain function marked ``inline=True`` runs on the event loop's thread and
+blocks the loop from its start to its end, so nothing
 could be saved between two of them unless the run stops to save: with a
 ``checkpoint_fn``, in eager mode or with ``checkpoint_every="step"``, each
 completed plain step is recorded and handed over (a sync ``checkpoint_fn``
@@ -42,7 +43,7 @@ def plain_steps(log: list[str], count: int, *, retries: int = 0) -> Workflow:
             log.append(f"run {name}")
             return name
 
-        return Step(name, run, retries=retries)
+        return Step(name, run, retries=retries, inline=True)
 
     return Workflow([step(f"s{n}") for n in range(count)])
 
@@ -89,7 +90,7 @@ def plain_map(log: list[str], words: int) -> Workflow:
     return Workflow(
         [
             Step("split", lambda ctx: [f"w{n}" for n in range(words)]),
-            Step.map("words", translate, over="split"),
+            Step.map("words", translate, over="split", inline=True),
         ]
     )
 

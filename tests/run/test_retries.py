@@ -6,6 +6,7 @@ import asyncio
 import functools
 import math
 import re
+import threading
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -190,15 +191,74 @@ def test_invalid_retry_and_timeout_settings_are_rejected(
         pytest.param(returns_coroutine, id="plain function returning a coroutine"),
     ],
 )
-def test_timeout_needs_an_async_run_function(run: Callable[[Mapping[str, Any]], Any]) -> None:
-    """A plain function runs inline and cannot be interrupted, so a timeout is refused."""
+def test_timeout_is_refused_for_an_inline_plain_function(
+    run: Callable[[Mapping[str, Any]], Any],
+) -> None:
+    """On the loop's thread a plain function cannot be interrupted, so a timeout is refused."""
     message = (
-        "step 'x': timeout needs an async run function; a plain function runs inline and "
-        "cannot be interrupted. Make it 'async def' and hand blocking work to a thread with "
-        "'await asyncio.to_thread(...)'"
+        "step 'x': timeout cannot apply with inline=True: a plain function running on the "
+        "event loop's thread cannot be interrupted. Drop inline=True (it then runs in a "
+        "worker thread, abandoned when it times out)"
     )
     with pytest.raises(WorkflowDefinitionError, match=f"^{re.escape(message)}$"):
-        Step("x", run, timeout=1)
+        Step("x", run, timeout=1, inline=True)
+    with pytest.raises(WorkflowDefinitionError, match=f"^{re.escape(message)}$"):
+        Step.map("x", lambda item, ctx: item, over="y", timeout=1, inline=True)
+
+
+@pytest.mark.parametrize("in_map", [False, True], ids=["step", "map item"])
+async def test_a_plain_function_past_its_timeout_is_abandoned_and_retried(in_map: bool) -> None:
+    """Its thread cannot be stopped: the attempt ends as a timeout, its late result is dropped.
+
+    What it reports after the timeout is booked as "late"; the retry's output is recorded.
+    """
+    release = threading.Event()
+    returned = threading.Event()
+    attempts: list[int] = []
+
+    def slow_first(*args: Any) -> str:
+        step = current_step()
+        attempts.append(step.attempt)
+        if step.attempt == 1:
+            step.add_usage(TokenUsage(5, 0, 1))
+            release.wait(10)
+            step.add_usage(TokenUsage(7, 0, 1))  # after its attempt ended: late
+            returned.set()
+            return "too late"
+        release.set()  # the abandoned attempt goes on, and ends, while the run runs
+        assert returned.wait(10)
+        step.add_usage(TokenUsage(1, 0, 1))
+        return "in time"
+
+    options: dict[str, Any] = {"timeout": 0.05, "retries": 1, "retry_delay": 0}
+    step = (
+        Step.map("x", slow_first, over="items", **options)
+        if in_map
+        else Step("x", slow_first, **options)
+    )
+    saved: list[WorkflowCheckpoint] = []
+    result = await Workflow([step]).run(
+        {"items": ["i"]} if in_map else None, checkpoint_fn=saved.append
+    )
+    assert dict(result.outputs) == {"x": ["in time"] if in_map else "in time"}
+    assert attempts == [1, 2]
+    key = "0" if in_map else None  # the first item's key: its index
+    rows = sorted((e.item, e.attempt, e.outcome, e.usage.input_tokens) for e in saved[-1].ledger)
+    assert rows == [(key, 1, "late", 7), (key, 1, "timeout", 5), (key, 2, "ok", 1)]
+    assert result.cost == TokenUsage(13, 0, 3)
+
+
+def test_a_plain_function_returning_a_coroutine_is_timed_as_a_whole() -> None:
+    """The thread makes the coroutine, the loop awaits it: the timeout covers both."""
+
+    async def forever() -> str:
+        await asyncio.Event().wait()
+        return "never"
+
+    step = Step("x", lambda ctx: forever(), timeout=0.05)
+    with pytest.raises(WorkflowFailed) as caught:
+        Workflow([step]).run_sync()
+    assert str(caught.value.errors["x"]) == "step 'x' attempt 1 timed out after 0.05 s"
 
 
 @pytest.mark.parametrize(

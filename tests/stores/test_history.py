@@ -62,18 +62,22 @@ class Story:
         return f"summary {self.summaries} of {len(ctx['per'])} parts"
 
     def workflow(self) -> Workflow:
+        """Plain steps inline: on the loop, the checkpoints come in one sequence."""
         return Workflow(
             [
-                Step("split", lambda _ctx: ["a", "b", "c"]),
-                Step.map("per", lambda item, _ctx: item.upper(), over="split", key=str),
-                Step("flaky", self.fail_once, depends_on=("split",)),
-                Step("skipped", lambda _ctx: 1, when=lambda _ctx: False),
+                Step("split", lambda _ctx: ["a", "b", "c"], inline=True),
+                Step.map(
+                    "per", lambda item, _ctx: item.upper(), over="split", key=str, inline=True
+                ),
+                Step("flaky", self.fail_once, depends_on=("split",), inline=True),
+                Step("skipped", lambda _ctx: 1, when=lambda _ctx: False, inline=True),
                 Step.ask("approve", lambda _ctx: "publish?", depends_on=("split",)),
-                Step("summarize", self.summarize, depends_on=("per",)),
+                Step("summarize", self.summarize, depends_on=("per",), inline=True),
                 Step(
                     "report",
                     lambda ctx: [ctx["summarize"], ctx["approve"], ctx["flaky"]],
                     depends_on=("summarize", "approve", "flaky"),
+                    inline=True,
                 ),
             ]
         )

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from executionkit._cli._exits import EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, CliError
 from executionkit._cli._load import load_workflow, read_inputs
-from executionkit._cli._location import parse_location
+from executionkit._cli._location import FileLocation, parse_location
+from executionkit._cli._run_options import RunFlags
 from executionkit._cli._serve._answers import Resumer, Tracker
 from executionkit._cli._serve._app import App
 from executionkit._cli._serve._http import Handler, Server
@@ -37,16 +38,29 @@ def serve_command(args: argparse.Namespace) -> int:
     if context and args.workflow is None:
         msg = "--input and --inputs-json are what resumes need: they go with --workflow"
         raise CliError(msg)
-    workflow = None if args.workflow is None else load_workflow(args.workflow)
-    source = Source(location, workflow)
-    tracker = Tracker()
-    resumer = None
-    if workflow is not None:
-        resumer = Resumer(source, workflow, context, tracker)
-        source.resuming = resumer.busy
-    app = App(source, resumer, args.workflow, tracker)
-    server = start_server(app, args.host, args.port)
-    return _until_stopped(server, app)
+    flags = RunFlags.of(args)
+    try:
+        if args.workflow is None and flags.asked:
+            msg = "the run options are how runs resumed here run: they go with --workflow"
+            raise CliError(msg)
+        if flags.history and isinstance(location, FileLocation) and not location.lines:
+            msg = (
+                f"--history: {location.label} is a JSON file, which keeps only the latest "
+                f"checkpoint; a JSON Lines file (.jsonl) or a database keeps every one"
+            )
+            raise CliError(msg)
+        workflow = None if args.workflow is None else load_workflow(args.workflow)
+        source = Source(location, workflow)
+        tracker = Tracker()
+        resumer = None
+        if workflow is not None:
+            resumer = Resumer(source, workflow, context, tracker, flags)
+            source.resuming = resumer.busy
+        app = App(source, resumer, args.workflow, tracker)
+        server = start_server(app, args.host, args.port)
+        return _until_stopped(server, app)
+    finally:
+        flags.close()
 
 
 def start_server(app: App, host: str, port: int) -> Server:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from executionkit._cli._location import DatabaseLocation
+from executionkit._cli._run_options import RunFlags
 from executionkit._cli._text import error_text, say
 
 if TYPE_CHECKING:
@@ -139,13 +140,19 @@ class Resumer:
     """Resumes runs with the answers given on the page, one resume per run at a time."""
 
     def __init__(
-        self, source: Source, workflow: Workflow, context: dict[str, Any], tracker: Tracker
+        self,
+        source: Source,
+        workflow: Workflow,
+        context: dict[str, Any],
+        tracker: Tracker,
+        flags: RunFlags | None = None,
     ) -> None:
-        """Resume runs of ``source`` with ``workflow`` and the initial ``context``."""
+        """Resume runs of ``source`` with ``workflow``, the initial ``context`` and ``flags``."""
         self._source = source
         self._workflow = workflow
         self._context = context
         self._tracker = tracker
+        self._flags = RunFlags() if flags is None else flags
         self._lock = threading.Lock()
         self._active: dict[str, _Resume] = {}
 
@@ -207,7 +214,8 @@ class Resumer:
     async def _resume(self, resume: _Resume, path: str, value: object) -> None:
         resume.loop = asyncio.get_running_loop()
         resume.task = asyncio.current_task()
-        store = self._source.open_store()
+        flags = self._flags
+        store = self._source.open_store(history=flags.history)
         try:
             with self._source.reading() as reader:
                 checkpoint = reader.load(resume.page_id)
@@ -223,8 +231,12 @@ class Resumer:
                 answers={path: value},
                 run_id=run_id,
                 validate_json=True,
-                on_event=self._tracker.listener(resume.page_id, checkpoint.run_id),
+                on_event=[
+                    self._tracker.listener(resume.page_id, checkpoint.run_id),
+                    *flags.listeners,
+                ],
                 checkpoint_every="step",
+                **flags.options,
             )
         finally:
             close = getattr(store, "close", None)

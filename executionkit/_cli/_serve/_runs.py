@@ -139,11 +139,11 @@ class Source:
             if callable(close):
                 close()
 
-    def open_store(self) -> Any:
+    def open_store(self, *, history: bool = False) -> Any:
         """A new store on the location (the resumes write through one of their own)."""
         if isinstance(self.location, DatabaseLocation):
-            return self.location.store()
-        return self.location.writer("serve")
+            return self.location.store(history=history)
+        return self.location.writer("serve", history=history)
 
     def status(self, reader: Reader, run_id: str, checkpoint: WorkflowCheckpoint) -> str:
         """``running``, ``waiting``, ``failed`` or ``finished``: see the module's docstring."""

@@ -1,0 +1,220 @@
+"""The run options the command line reaches: ``run``'s flags, and ``serve --workflow``'s.
+
+`add_run_options` adds the flags to a parser; `RunFlags.of` reads them (a
+`CliError` naming the flag for a bad value) into the keyword arguments of
+`Workflow.run` they stand for, the listeners they add and whether the store
+keeps every checkpoint. Both commands read them here, so a run resumed from
+the page runs as the command line would have run it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from executionkit._cli._exits import CliError
+
+if TYPE_CHECKING:
+    import argparse
+
+_BUDGET_FIELDS = ("input_tokens", "output_tokens", "llm_calls")
+_EXECUTORS = ("threads", "processes")
+_TRACES = ("console", "otlp")
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """Add the flags of the run options to ``parser`` (``run``, ``serve``)."""
+    group = parser.add_argument_group("run options")
+    group.add_argument(
+        "--executor",
+        choices=_EXECUTORS,
+        default="threads",
+        help=(
+            "where plain (def) steps run: a worker thread each (default), or a pool of "
+            "processes (CPU-bound steps; their functions and ctx values must pickle)"
+        ),
+    )
+    group.add_argument(
+        "--max-concurrency",
+        metavar="N",
+        type=_positive_int,
+        help="at most N steps and map items at once in the whole run (default: no limit)",
+    )
+    group.add_argument(
+        "--budget",
+        metavar="FIELD=N",
+        action="append",
+        default=[],
+        help=(
+            "stop starting steps once the run has spent N of FIELD (input_tokens, "
+            "output_tokens or llm_calls), restored usage included; repeat for more"
+        ),
+    )
+    group.add_argument(
+        "--stop-grace",
+        metavar="SECONDS",
+        type=_grace,
+        default=5.0,
+        help=(
+            "after Ctrl-C or SIGTERM, how long to wait for plain steps already running in "
+            "threads; those still running then are abandoned, left in flight, and run again "
+            "on resume (default 5; 0: at once; inf: wait for them)"
+        ),
+    )
+    group.add_argument(
+        "--history",
+        action="store_true",
+        help=(
+            "keep every checkpoint in a sqlite:// or postgresql:// checkpoint, not only "
+            "the latest (for inspect --history and fork --seq); JSON Lines files always do"
+        ),
+    )
+    group.add_argument(
+        "--trace",
+        choices=_TRACES,
+        help=(
+            "record the run as OpenTelemetry spans (needs opentelemetry-sdk): printed to "
+            "stderr (console), or sent with OTLP over HTTP (opentelemetry-exporter-otlp-"
+            "proto-http) to the endpoint the standard OTEL_EXPORTER_OTLP_* variables name"
+        ),
+    )
+
+
+def _positive_int(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if number < 1:
+        msg = f"expected a whole number of 1 or more, got {text!r}"
+        raise _bad(msg)
+    return number
+
+
+def _grace(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not seconds >= 0:
+        msg = f"expected a number of seconds, 0 or more (or inf), got {text!r}"
+        raise _bad(msg)
+    return seconds
+
+
+def _bad(message: str) -> Exception:
+    import argparse  # noqa: PLC0415 - loaded already: the parser is running
+
+    return argparse.ArgumentTypeError(message)
+
+
+@dataclass
+class RunFlags:
+    """What the run-option flags ask for."""
+
+    options: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of `Workflow.run`."""
+    listeners: list[Any] = field(default_factory=list)
+    """Listeners to add to the run's ``on_event``."""
+    history: bool = False
+    """Whether the store keeps every checkpoint."""
+    executor: Any = None
+    """The executor made for ``--executor processes``, to shut down after the run."""
+    provider: Any = None
+    """The tracer provider made for ``--trace``, flushed after the run."""
+    asked: bool = False
+    """Whether any flag was given another value than its default."""
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> RunFlags:
+        """Read the flags of ``args``; `CliError` naming the flag if one cannot be used."""
+        flags = cls(history=bool(args.history))
+        options = flags.options
+        if args.max_concurrency is not None:
+            options["max_concurrency"] = args.max_concurrency
+        if args.budget:
+            options["budget"] = _budget(args.budget)
+        if args.stop_grace != 5.0:  # noqa: PLR2004 - run()'s default, passed only when changed
+            options["stop_grace"] = args.stop_grace
+        if args.executor == "processes":
+            from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
+
+            flags.executor = options["executor"] = ProcessPoolExecutor()
+        if args.trace is not None:
+            tracing, flags.provider = _tracing(args.trace)
+            flags.listeners.append(tracing)
+        flags.asked = bool(options or flags.listeners or flags.history)
+        return flags
+
+    def close(self) -> None:
+        """Export the spans still buffered; shut the process pool down, if one was made."""
+        if self.provider is not None:
+            self.provider.shutdown()
+        if self.executor is not None:
+            self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _budget(given: list[str]) -> Any:
+    from executionkit._types import TokenUsage  # noqa: PLC0415
+
+    limits: dict[str, int] = {}
+    for text in given:
+        name, equals, value = text.partition("=")
+        if not equals or name not in _BUDGET_FIELDS:
+            msg = (
+                f"--budget {text}: expected FIELD=N with FIELD one of {', '.join(_BUDGET_FIELDS)}"
+            )
+            raise CliError(msg)
+        if not value.isascii() or not value.isdigit() or int(value) < 1:
+            msg = f"--budget {text}: N must be a whole number of 1 or more, got {value!r}"
+            raise CliError(msg)
+        if name in limits:
+            msg = f"--budget {name} is given twice"
+            raise CliError(msg)
+        limits[name] = int(value)
+    return TokenUsage(**limits)
+
+
+def _tracing(kind: str) -> tuple[Any, Any]:
+    """A `Tracing` listener exporting spans to the console or with OTLP, and its provider."""
+    try:
+        from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
+        from opentelemetry.sdk.trace.export import (  # noqa: PLC0415
+            BatchSpanProcessor,
+            ConsoleSpanExporter,
+            SimpleSpanProcessor,
+        )
+
+        from executionkit.otel import Tracing  # noqa: PLC0415
+    except ImportError:
+        msg = (
+            f"--trace {kind} needs the OpenTelemetry SDK beside executionkit[otel]: "
+            f"pip install opentelemetry-sdk"
+        )
+        raise CliError(msg) from None
+    provider = TracerProvider()
+    if kind == "console":
+        import sys  # noqa: PLC0415
+
+        provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=sys.stderr)))
+    else:
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # noqa: PLC0415
+                OTLPSpanExporter,
+            )
+        except ImportError:
+            msg = (
+                "--trace otlp needs the OTLP exporter: pip install "
+                "opentelemetry-exporter-otlp-proto-http"
+            )
+            raise CliError(msg) from None
+        if not any(name.startswith("OTEL_EXPORTER_OTLP_") for name in os.environ):
+            msg = (
+                "--trace otlp: set OTEL_EXPORTER_OTLP_ENDPOINT (or "
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) to the collector's address"
+            )
+            raise CliError(msg)
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    return Tracing(provider), provider
