@@ -5,14 +5,19 @@ lets the event loop turn a seeded number of times, cancels the task, and then
 resumes from the last checkpoint that ``checkpoint_fn`` received (through a JSON
 round trip). The knobs are drawn from the seed: schedule, ``checkpoint_every``,
 sync or async ``checkpoint_fn``, steps saving progress (awaited or not), plain
-steps in a thread pool, failing steps and ``on_error``.
+steps in worker threads (the default), inline on the loop or in a thread pool,
+the stop's grace (5 s, or 0: plain steps still running are abandoned), failing
+steps and ``on_error``.
 
 After each trial it checks what the docs promise:
 
 - ``run()`` ended within a bound (no hang), leaving no task of its own behind;
-- no step body and no ``checkpoint_fn`` call happened after ``run()`` ended;
+- no ``checkpoint_fn`` call happened after ``run()`` ended, and no step body
+  completed after it but an abandoned one, listed in the last checkpoint's
+  ``in_flight``;
 - every step whose body completed in the first run is in its last checkpoint
-  (nothing paid for is lost), unless it failed;
+  (nothing paid for is lost), unless it failed or was abandoned (listed in
+  flight: a resume books it as unknown and runs it again);
 - across the resume, no recorded step runs again, and the resumed run ends
   with every step's expected output.
 
@@ -25,6 +30,8 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import threading
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -48,6 +55,8 @@ class Knobs:
     async_save: bool
     progress: bool
     executor: bool
+    inline: bool
+    grace: float
     on_error: str
     failing: frozenset[str]
     turns: int
@@ -57,6 +66,7 @@ class Knobs:
         return (
             f"schedule={self.schedule} every={self.checkpoint_every} "
             f"async_save={self.async_save} progress={self.progress} executor={self.executor} "
+            f"inline={self.inline} grace={self.grace} "
             f"on_error={self.on_error} failing={sorted(self.failing)} turns={self.turns}"
         )
 
@@ -71,6 +81,15 @@ class Trial:
     saves_after_end: int = 0
     saved: list[dict[str, Any]] = field(default_factory=list)
     fail: bool = True
+    running: int = 0  # plain step bodies running now (in threads, maybe abandoned)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def in_flight_names(trial: Trial) -> set[str]:
+    """The steps the last checkpoint lists in flight."""
+    if not trial.saved:
+        return set()
+    return {entry[0] for entry in trial.saved[-1].get("in_flight", [])}
 
 
 def random_dag(rng: random.Random) -> list[tuple[str, tuple[str, ...]]]:
@@ -91,6 +110,8 @@ def draw_knobs(rng: random.Random, names: list[str], schedule: str | None) -> Kn
         async_save=rng.random() < 0.5,
         progress=rng.random() < 0.5,
         executor=rng.random() < 0.25,
+        inline=rng.random() < 0.3,
+        grace=rng.choice([5.0, 0.0]),
         on_error=rng.choice(["finish", "cancel", "continue"]),
         failing=frozenset(name for name in names if rng.random() < 0.1),
         turns=rng.randint(0, 40),
@@ -104,10 +125,11 @@ def build(
     steps = []
     for name, deps in dag:
         yields = rng.randint(0, 3)
-        if rng.random() < (0.5 if knobs.executor else 0.2):
+        if rng.random() < 0.4:
             run = plain_step(name, deps, trial, knobs)
-        else:
-            run = async_step(name, deps, yields, trial, knobs, sync_progress=rng.random() < 0.3)
+            steps.append(Step(name, run, depends_on=deps, inline=knobs.inline))
+            continue
+        run = async_step(name, deps, yields, trial, knobs, sync_progress=rng.random() < 0.3)
         steps.append(Step(name, run, depends_on=deps))
     return Workflow(steps)
 
@@ -148,13 +170,21 @@ def plain_step(name: str, deps: tuple[str, ...], trial: Trial, knobs: Knobs) -> 
     def run(ctx: Mapping[str, Any]) -> str:
         if knobs.progress and not knobs.executor:
             current_step().save_progress({"plain": True})  # a sync step never awaits it
-        if trial.fail and name in knobs.failing:
-            msg = f"{name} failed"
-            raise ValueError(msg)
-        if trial.ended:
-            trial.started_after_end.append(name)
-        trial.completed[name] += 1
-        return expected_output(name, deps, ctx)
+        with trial.lock:
+            trial.running += 1
+        try:
+            if not knobs.inline:
+                time.sleep(0.0005)  # in a thread: long enough to be running at a cancel
+            if trial.fail and name in knobs.failing:
+                msg = f"{name} failed"
+                raise ValueError(msg)
+            if trial.ended:
+                trial.started_after_end.append(name)
+            trial.completed[name] += 1
+            return expected_output(name, deps, ctx)
+        finally:
+            with trial.lock:
+                trial.running -= 1
 
     return run
 
@@ -191,6 +221,7 @@ async def run_trial(seed: int, schedule: str | None = None) -> list[str]:
                 checkpoint_every=knobs.checkpoint_every,  # type: ignore[arg-type]
                 on_error=knobs.on_error,  # type: ignore[arg-type]
                 executor=executor,
+                stop_grace=knobs.grace,
             )
         )
         for _ in range(knobs.turns):
@@ -209,8 +240,15 @@ async def run_trial(seed: int, schedule: str | None = None) -> list[str]:
         left = {t for t in asyncio.all_tasks() - before if not t.done()}
         if left:
             problems.append(f"tasks left running after run(): {left}")
-        if trial.started_after_end:
-            problems.append(f"steps completed after run() ended: {trial.started_after_end}")
+        # Abandoned threads may still complete; wait for them, then check they were listed.
+        for _ in range(200):
+            if not trial.running:
+                break
+            await asyncio.sleep(0.005)
+        listed = in_flight_names(trial)
+        late = [name for name in trial.started_after_end if name not in listed]
+        if late:
+            problems.append(f"steps completed after run() ended, not listed in flight: {late}")
         if trial.saves_after_end:
             problems.append(f"checkpoint_fn called {trial.saves_after_end} time(s) after run()")
         problems += await resume_and_check(workflow, trial, knobs, executor)
@@ -227,10 +265,13 @@ async def resume_and_check(
     problems: list[str] = []
     last = WorkflowCheckpoint.from_dict(trial.saved[-1]) if trial.saved else None
     recorded = set(last.outputs) if last is not None else set()
+    abandoned = in_flight_names(trial)
     lost = [
         name
         for name in trial.completed
-        if name not in recorded and not (last is not None and name in last.errors)
+        if name not in recorded
+        and name not in abandoned
+        and not (last is not None and name in last.errors)
     ]
     if lost:
         problems.append(f"completed but missing from the last checkpoint: {sorted(lost)}")
@@ -250,7 +291,7 @@ async def resume_and_check(
     if again:
         problems.append(f"recorded steps ran again on resume: {again}")
     twice = sorted(name for name, count in (first_run + trial.completed).items() if count > 1)
-    if twice and not set(twice) <= set(lost):
+    if twice and not set(twice) <= set(lost) | abandoned:
         problems.append(f"steps ran twice although recorded once: {twice}")
     for step in workflow.steps:
         expected = expected_output(step.name, step.depends_on, result.outputs)

@@ -109,6 +109,10 @@ class CampaignReport:
         )
 
 
+# The worker's steps: "async", or "mixed" (every other one a plain function in a thread).
+MODE = ["async"]
+
+
 def run_worker(checkpoint: Path, events: Path, kill_after: int | None) -> bool:
     """Run the worker once; SIGKILL it after ``kill_after`` events. Return whether it was killed.
 
@@ -116,6 +120,7 @@ def run_worker(checkpoint: Path, events: Path, kill_after: int | None) -> bool:
         WorkerError: If the worker exited on its own without finishing (a traceback).
     """
     env = dict(os.environ)
+    env["CRASH_WORKER_MODE"] = MODE[0]
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     with subprocess.Popen(  # noqa: S603 - our own script, run by this interpreter
         [sys.executable, str(WORKER), str(checkpoint), str(events)],
@@ -289,11 +294,22 @@ def run_episode(
     return final, kills
 
 
-def crash_campaign(tmp_path: Path, seed: int, kills: int) -> CampaignReport:
+def crash_campaign(
+    tmp_path: Path, seed: int, kills: int, *, mode: str = "async"
+) -> CampaignReport:
     """SIGKILL the worker ``kills`` times at seeded random moments; verify everything.
 
-    Runs one uninterrupted reference run first, in its own folder.
+    Runs one uninterrupted reference run first, in its own folder. ``mode``:
+    the worker's steps, ``"async"`` or ``"mixed"`` (plain functions in threads too).
     """
+    MODE[0] = mode
+    try:
+        return _campaign(tmp_path, seed, kills)
+    finally:
+        MODE[0] = "async"
+
+
+def _campaign(tmp_path: Path, seed: int, kills: int) -> CampaignReport:
     started = time.perf_counter()
     report = CampaignReport()
     reference = tmp_path / "reference"

@@ -8,6 +8,8 @@ moments and starts it again until it prints ``done``.
   flushed and fsynced, then moved over CHECKPOINT with ``os.replace``, then the
   folder is fsynced. A kill at any instant leaves either the previous checkpoint or the new one.
 - If CHECKPOINT exists, the run resumes from it.
+- With ``CRASH_WORKER_MODE=mixed`` in the environment, every other step is a plain
+  function blocking in ``time.sleep`` (run in a worker thread), the rest async.
 - Every event is one line appended to EVENTS (opened with ``O_APPEND``, one
   ``os.write`` per line, so lines stay whole whatever moment the kill lands) and then
   printed to stdout, so the harness counts events to choose its kill moment:
@@ -25,6 +27,7 @@ import hashlib
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
 
 LAYERS = 6
 WIDTH = 4
+MODE = os.environ.get("CRASH_WORKER_MODE", "async")
 STEP_NAMES = tuple(f"s{layer}_{index}" for layer in range(LAYERS) for index in range(WIDTH))
 
 
@@ -71,9 +75,7 @@ def build_workflow(emit: Callable[[str], None]) -> Workflow:
         position = layer * WIDTH + index
         delay = 0.001 * (1 + position % 5)
 
-        async def run(ctx: Mapping[str, Any]) -> PatternResult[dict[str, Any]]:
-            emit(f"step-start {name} {current_step().idempotency_key}")
-            await asyncio.sleep(delay)  # simulated latency, so kills land inside batches
+        def value_of(ctx: Mapping[str, Any]) -> PatternResult[dict[str, Any]]:
             text = "|".join([name, *(ctx[dep]["digest"] for dep in deps)])
             value = {
                 "digest": hashlib.sha256(text.encode()).hexdigest()[:16],
@@ -83,6 +85,18 @@ def build_workflow(emit: Callable[[str], None]) -> Workflow:
             emit(f"step-end {name}")
             return PatternResult(value, cost=step_cost(position))
 
+        async def run(ctx: Mapping[str, Any]) -> PatternResult[dict[str, Any]]:
+            emit(f"step-start {name} {current_step().idempotency_key}")
+            await asyncio.sleep(delay)  # simulated latency, so kills land inside batches
+            return value_of(ctx)
+
+        def run_plain(ctx: Mapping[str, Any]) -> PatternResult[dict[str, Any]]:
+            emit(f"step-start {name} {current_step().idempotency_key}")
+            time.sleep(delay)  # a blocking call, in the step's worker thread
+            return value_of(ctx)
+
+        if MODE == "mixed" and position % 2:
+            return Step(name, run_plain, deps)
         return Step(name, run, deps)
 
     return Workflow(make(layer, index) for layer in range(LAYERS) for index in range(WIDTH))

@@ -71,6 +71,9 @@ class Checkpointer:
         self._saver: asyncio.Task[None] | None = None
         # The change count the saver checkpoints up to for those that wait on no future.
         self._wanted = 0
+        # Whether the run has ended: nothing is saved any more (a thread it abandoned
+        # may still ask for a save).
+        self.closed = False
 
     @property
     def active(self) -> bool:
@@ -248,6 +251,9 @@ class Checkpointer:
             target = self._record.changes
         future: asyncio.Future[None] = loop.create_future()
         future.add_done_callback(retrieve)
+        if self.closed:
+            future.cancel()  # the run has ended: its last checkpoint was taken
+            return future
         if self._fn is None:
             future.set_result(None)
             return future
@@ -267,7 +273,7 @@ class Checkpointer:
         `save_soon` for those that do not wait (a map's items, one call each):
         no future per call. Changes made meanwhile are folded into one checkpoint.
         """
-        if self._fn is None:
+        if self._fn is None or self.closed:
             return
         self._wanted = self._record.changes
         if self._saver is None or self._saver.done():
@@ -301,6 +307,10 @@ class Checkpointer:
             else:
                 keep.append((target, future))
         self._waiters = keep
+
+    def close(self) -> None:
+        """The run has ended: from now on nothing is saved, and nothing asks to be."""
+        self.closed = True
 
     async def settle(self) -> bool:
         """Leave nothing behind: the saver finishes, unresolved waiters are cancelled.

@@ -497,6 +497,7 @@ class Run(Landing):
         if self._observed:
             self._announcer.run_ended(record, outcome, time.perf_counter() - began)
         settled = await checkpointer.settle() if checkpointer.unsettled else False
+        checkpointer.close()
         if self._announcer.serving:
             settled = await self._announcer.settle() or settled
         if outcome is None and settled:

@@ -63,6 +63,9 @@ class StepHost:
 
         def hand_over() -> None:
             done.add_done_callback(retrieve)  # a thread never awaits it: no "never retrieved"
+            if self._checkpointer.closed:
+                done.cancel()  # a thread its run abandoned: the run's record is final
+                return
             saved = self._checkpointer.save_soon(loop, self._record.save_progress(name, copy))
             saved.add_done_callback(partial(_pass_on, done))
 

@@ -39,9 +39,15 @@ KILLS = 32
 SEED = 20250601
 
 
-def test_sigkill_at_seeded_random_moments_loses_nothing_recorded(tmp_path: Path) -> None:
-    """32 SIGKILLs: no recorded step reruns, no torn checkpoint, final state exact."""
-    report = crash_campaign(tmp_path, seed=SEED, kills=KILLS)
+@pytest.mark.parametrize("mode", ["async", "mixed"], ids=["async steps", "plain steps too"])
+def test_sigkill_at_seeded_random_moments_loses_nothing_recorded(
+    tmp_path: Path, mode: str
+) -> None:
+    """32 SIGKILLs: no recorded step reruns, no torn checkpoint, final state exact.
+
+    "plain steps too": every other step is a plain function blocking in a worker thread.
+    """
+    report = crash_campaign(tmp_path, seed=SEED, kills=KILLS, mode=mode)
     assert report.kills == KILLS
     assert report.unreadable == []
     assert report.recorded_reexecuted == []
