@@ -18,7 +18,7 @@ from executionkit._terminal import json_text, one_line, show
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Mapping
+    from collections.abc import Collection, Mapping
 
 QUESTION_WIDTH = 72
 """Longest question shown as JSON on one line; a longer one is indented over several."""
@@ -37,16 +37,27 @@ class GivenAnswers:
         """
         self.values: dict[str, Any] = {}
         self.sources: dict[str, str] = {}
+        self._file: dict[str, Any] = {}
+        self._file_source = f"--answers-json {args.answers_json}"
         if args.answers_json is not None:
-            given = read_json_object("--answers-json", args.answers_json, "step names to answers")
-            self.values.update(given)
-            self.sources.update(dict.fromkeys(given, f"--answers-json {args.answers_json}"))
+            self._file = read_json_object(
+                "--answers-json", args.answers_json, "step names to answers"
+            )
+        self._items: list[str] = list(args.answer)
+        self.resolve(())
+
+    def resolve(self, waiting: Collection[str]) -> None:
+        """Read each ``--answer NAME=VALUE`` again, knowing the questions ``waiting``.
+
+        A name may hold ``=``: the longest name before an ``=`` that is a question
+        waiting is the one answered (``--answer 'a=b=yes'`` answers ``a=b`` when it
+        waits); otherwise the name ends at the first ``=``.
+        """
+        self.values = dict(self._file)
+        self.sources = dict.fromkeys(self._file, self._file_source)
         named: set[str] = set()
-        for item in args.answer:
-            name, equals, text = item.partition("=")
-            if not equals or not name:
-                msg = f"--answer {item!r} is not NAME=VALUE"
-                raise CliError(msg)
+        for item in self._items:
+            name, text = _split_answer(item, waiting)
             if name in named:
                 msg = f"--answer {name!r} is given twice"
                 raise CliError(msg)
@@ -73,6 +84,18 @@ class GivenAnswers:
             ):
                 return source
         return None
+
+
+def _split_answer(item: str, waiting: Collection[str]) -> tuple[str, str]:
+    """``NAME=VALUE`` split at the ``=`` that ends the longest waiting name, else the first."""
+    ends = [index for index, char in enumerate(item) if char == "="]
+    known = [end for end in ends if item[:end] in waiting]
+    if known:
+        return item[: known[-1]], item[known[-1] + 1 :]
+    if not ends or ends[0] == 0:
+        msg = f"--answer {item!r} is not NAME=VALUE"
+        raise CliError(msg)
+    return item[: ends[0]], item[ends[0] + 1 :]
 
 
 _GIVE = {"--answer": "answer with"}

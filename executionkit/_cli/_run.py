@@ -148,6 +148,8 @@ def run_command(args: argparse.Namespace) -> int:
     if isinstance(location, DatabaseLocation):
         run_id = location.named_run("--checkpoint")
     resume = None if location is None else location.load(missing_ok=True)
+    if answers and resume is not None:
+        answers.resolve(waiting_in(resume))  # a question's name may hold "="
     workflow = load_workflow(args.workflow)
     if args.dry_run:  # before the store is opened for writing: nothing is written
         return dry_run(args, workflow, context, answers, resume=resume, run_id=run_id)

@@ -23,6 +23,7 @@ from executionkit._define._step_kinds import AskStep, MapStep
 from executionkit._errors import RunArgumentError, did_you_mean
 from executionkit._paths import child_run_id, join_path, split_path
 from executionkit._plain import plain_copy
+from executionkit._resume._restore import _invalidated
 from executionkit._types import TokenUsage
 
 if TYPE_CHECKING:
@@ -105,6 +106,8 @@ def _fork_run(  # noqa: PLR0917 - one run's part of the fork, recursing into chi
                 f"re-run, not both"
             )
             raise RunArgumentError(msg)
+    if own_overrides:
+        _refuse_overrides_below_changes(graph, checkpoint, own_overrides, prefix)
     stored = {name: _checked(graph, name, value, prefix) for name, value in own_overrides.items()}
     children = dict(checkpoint.children)
     for name, (inner_o, inner_r) in _inner(inner_overrides, inner_reruns).items():
@@ -348,6 +351,35 @@ def _checked(graph: Graph, name: str, value: Any, prefix: str) -> Any:
             msg = f"{where}: its check refused the answer: {type(exc).__name__}: {exc}"
             raise RunArgumentError(msg) from exc
     return stored
+
+
+def _refuse_overrides_below_changes(
+    graph: Graph, checkpoint: WorkflowCheckpoint, overrides: Mapping[str, Any], prefix: str
+) -> None:
+    """Refuse an override that a resume would drop: a step above it changed since the checkpoint.
+
+    The step whose version or dependencies changed runs again on resume, and so
+    does everything below it, the overridden step included: its override would be
+    thrown away without a word.
+    """
+    index = graph.index
+    recorded = [name for name in checkpoint.outputs if name in index]
+    untrusted = _invalidated(graph, checkpoint, recorded, frozenset())
+    causes = [
+        (name, reason)
+        for name, reason in untrusted.items()
+        if not reason.startswith("depends on invalidated step")
+    ]
+    for name in overrides:
+        for cause, reason in causes:
+            if cause != name and index[name] in _below(graph, [index[cause]], include=False):
+                msg = (
+                    f"override of step {prefix + name!r}: step {prefix + cause!r} above it "
+                    f"changed since the checkpoint ({reason}), so a resume would run both "
+                    f"again and drop the override; fork from a checkpoint of the current "
+                    f"workflow, or re-run {prefix + cause!r} instead"
+                )
+                raise RunArgumentError(msg)
 
 
 def _below(graph: Graph, starts: Collection[int], *, include: bool = True) -> set[int]:

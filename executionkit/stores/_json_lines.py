@@ -279,6 +279,35 @@ class JsonLinesStore:
         lines = self._lines()
         return [] if lines is None else self._listing(lines).listed
 
+    def history(self, run_id: str | None = None) -> list[WorkflowCheckpoint]:
+        """Every checkpoint of the file's current run, oldest first, the latest last.
+
+        As the SQL stores' ``history(run_id)``: with ``run_id``, empty unless the
+        file's current run is that one. The file is read and folded once; each
+        checkpoint is rebuilt and validated whole, as `load` with ``seq=``
+        rebuilds one (to go back through a long run, list it with
+        `checkpoints` and load the one you want).
+
+        Raises:
+            CheckpointFormatError: As `load` does.
+        """
+        lines = self._lines()
+        if lines is None:
+            return []
+        listing = self._listing(lines)
+        if not listing.listed or (run_id is not None and listing.listed[-1].run_id != run_id):
+            return []
+        wanted = set(listing.positions)
+        rebuild = Rebuild(str(self.path))
+        found: list[WorkflowCheckpoint] = []
+        for position, (number, line) in enumerate(lines):
+            rebuild.fold(line, number)
+            if position in wanted:
+                checkpoint = rebuild.checkpoint()
+                assert checkpoint is not None  # noqa: S101 - a folded line leaves a state
+                found.append(checkpoint)
+        return found
+
     def _lines(self) -> list[tuple[int, object]] | None:
         """The file's lines that count, parsed, with their numbers; None if there is no file."""
         read = read_bytes(self.path)

@@ -787,3 +787,42 @@ def test_a_question_inside_a_sub_workflow_is_shown_and_answered_by_its_path(
     )
     assert done.code == 0, done.err
     assert "final: yes" in done.out
+
+
+EQUALS = """\
+from executionkit import Step, Workflow
+
+workflow = Workflow(
+    [
+        Step.ask("a=b", lambda ctx: "ship it?"),
+        Step("done", lambda ctx: f"answered {ctx['a=b']}", depends_on=("a=b",)),
+    ]
+)
+"""
+
+
+def test_a_question_whose_name_holds_an_equals_sign_is_answered(
+    cli: Callable[..., Outcome], tmp_path: Path
+) -> None:
+    """``--answer 'a=b=yes'`` answers ``a=b``, the longest name that waits (issue 31)."""
+    (tmp_path / "equals.py").write_text(EQUALS, encoding="utf-8")
+    args = ("run", "equals:workflow", "--checkpoint", "run.json")
+    assert cli(*args).code == EXIT_SUSPENDED
+    answered = cli(*args, "--answer", "a=b=yes")
+    assert answered.code == 0, answered.err
+    assert json.loads(answered.out) == {"a=b": "yes", "done": "answered yes"}
+
+
+def test_an_answer_names_the_longest_waiting_question_else_ends_at_the_first_equals(
+    cli: Callable[..., Outcome], tmp_path: Path
+) -> None:
+    """``b=x``: no ``b`` waits, refused by name; ``a=b=c=d``: ``a=b`` waits, given ``c=d``."""
+    (tmp_path / "equals.py").write_text(EQUALS, encoding="utf-8")
+    args = ("run", "equals:workflow", "--checkpoint", "run.json")
+    assert cli(*args).code == EXIT_SUSPENDED
+    refused = cli(*args, "--answer", "b=x")
+    assert refused.code == 2
+    assert "'b'" in refused.err
+    answered = cli(*args, "--answer", "a=b=c=d")
+    assert answered.code == 0, answered.err
+    assert json.loads(answered.out)["a=b"] == "c=d"

@@ -458,3 +458,37 @@ def test_a_question_below_an_override_is_asked_again() -> None:
     assert workflow.plan(resume_from=fork).questions == ("approve",)
     suspended = workflow.run_sync(resume_from=roundtrip(fork))
     assert dict(suspended.pending) == {"approve": "publish better?"}
+
+
+def test_an_override_below_a_step_whose_version_changed_is_refused() -> None:
+    """A resume would run the changed step and all below it, dropping the override (issue 31).
+
+    ``plan()`` said so; ``fork`` accepted it. Now it refuses, naming the changed step; the
+    overridden step's own version changing is fine (the fork records the new one).
+    """
+
+    def chain(a_version: str, b_version: str | None = None) -> Workflow:
+        return Workflow(
+            [
+                Step("a", lambda ctx: "a", version=a_version),
+                Step("b", lambda ctx: ctx["a"] + "b", ("a",), version=b_version),
+                Step("c", lambda ctx: ctx["b"] + "c", ("b",)),
+            ]
+        )
+
+    saved: list[WorkflowCheckpoint] = []
+    chain("1").run_sync(checkpoint_fn=saved.append)
+    changed = chain("2")
+    assert changed.plan(resume_from=saved[-1]).invalidated["b"] == (
+        "depends on invalidated step 'a'"
+    )
+    with pytest.raises(RunArgumentError) as refused:
+        changed.fork(saved[-1], override={"b": "fixed"})
+    assert str(refused.value) == (
+        "override of step 'b': step 'a' above it changed since the checkpoint (version "
+        "changed from '1' to '2'), so a resume would run both again and drop the override; "
+        "fork from a checkpoint of the current workflow, or re-run 'a' instead"
+    )
+    own = chain("1", b_version="2")
+    fork = own.fork(saved[-1], override={"b": "fixed"})
+    assert dict(own.run_sync(resume_from=fork).outputs) == {"a": "a", "b": "fixed", "c": "fixedc"}

@@ -719,3 +719,22 @@ def chain_checkpoints(n: int, run_id: str) -> list[WorkflowCheckpoint]:
     Workflow(steps).run_sync(checkpoint_fn=taken.append, run_id=run_id)
     assert len(taken) == n
     return taken
+
+
+def test_every_store_gives_the_history_of_a_run_as_load_with_seq_rebuilds_it(
+    told: Target,
+) -> None:
+    """``history(run_id)``: every kept checkpoint, oldest first, JSON Lines too (issue 31).
+
+    Each equals what ``load`` with its ``seq`` rebuilds and what was saved; a run the
+    store does not hold has none.
+    """
+    store = told.open()
+    history = store.history(RUN_ID)
+    assert [checkpoint.seq for checkpoint in history] == [c.seq for c in told.kept()]
+    for checkpoint, saved in zip(history, told.kept(), strict=True):
+        assert checkpoint.to_dict() == saved.to_dict()
+        loaded = told.load(store, checkpoint.seq)
+        assert loaded is not None
+        assert checkpoint.to_dict() == loaded.to_dict()
+    assert store.history("another run") == []
