@@ -45,7 +45,7 @@ def story_workflow(*, fail: bool, variant: str, extra: bool = True) -> Workflow:
         Step("a", lambda _ctx: {"text": "Grüße", "n": [1, None]}, version="v1"),
         Step("b", lambda ctx: f"b{variant}:{ctx['a']['text']}", depends_on=("a",)),
         Step("c", c, depends_on=("b",)),
-        Step("f", f, depends_on=("b",)),
+        Step("f", f, depends_on=("b",), inline=True),  # it sets an asyncio event
     ]
     if extra:
         steps.append(Step("d", lambda _ctx: ["d", variant], depends_on=("a",)))

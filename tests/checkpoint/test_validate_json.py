@@ -78,7 +78,8 @@ def scoring_workflow(
     return Workflow(
         [
             Step("fetch", fetch),
-            Step("score", score, ("fetch",), encode=encode, decode=decode),
+            # inline: it sets an asyncio event, which only the loop's thread may do
+            Step("score", score, ("fetch",), encode=encode, decode=decode, inline=True),
             Step("sibling", sibling, ("fetch",)),
             Step("after", after, ("score",)),
         ]

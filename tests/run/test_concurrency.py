@@ -126,7 +126,7 @@ class Pool:
         return Step(name, run, depends_on=deps)
 
     def plain(self, name: str, *deps: str) -> Step:
-        """A plain-function step (run inline by the runner)."""
+        """A plain-function step marked inline: on the loop, it may set asyncio events."""
         self.started[name] = asyncio.Event()
         self.ended[name] = asyncio.Event()
 
@@ -135,7 +135,7 @@ class Pool:
             self.leave(name)
             return value_of(name, ctx, deps)
 
-        return Step(name, run, depends_on=deps)
+        return Step(name, run, depends_on=deps, inline=True)
 
 
 async def release(pool: Pool, name: str, *, expect_start: tuple[str, ...] = ()) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -26,28 +27,38 @@ SCHEDULES: list[Schedule] = ["batch", "eager"]
 
 
 class Gauge:
-    """Counts the units of work running at once, and the most ever seen."""
+    """Counts the units of work running at once, and the most ever seen.
+
+    Plain steps run in worker threads: every count is taken under a lock.
+    """
 
     def __init__(self) -> None:
         self.now = 0
         self.most = 0
         self.done = 0
+        self._lock = threading.Lock()
+
+    def _enter(self) -> None:
+        with self._lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+
+    def _leave(self) -> None:
+        with self._lock:
+            self.now -= 1
+            self.done += 1
 
     async def work(self, turns: int) -> None:
-        self.now += 1
-        self.most = max(self.most, self.now)
+        self._enter()
         try:
             for _ in range(turns):
                 await asyncio.sleep(0)  # yields to whatever else may start: never waits
         finally:
-            self.now -= 1
-            self.done += 1
+            self._leave()
 
     def plain(self) -> None:
-        self.now += 1
-        self.most = max(self.most, self.now)
-        self.now -= 1
-        self.done += 1
+        self._enter()
+        self._leave()
 
 
 def two_maps(gauge: Gauge) -> Workflow:

@@ -345,7 +345,8 @@ async def test_cancelling_a_step_waiting_to_retry_is_prompt() -> None:
     workflow = Workflow(
         [
             batch.done(),
-            Step("flaky", flaky, retries=5, retry_delay=3600, retry_jitter=0),
+            # inline: it sets an asyncio event, which only the loop's thread may do
+            Step("flaky", flaky, retries=5, retry_delay=3600, retry_jitter=0, inline=True),
             batch.after(),
         ]
     )
