@@ -249,11 +249,35 @@ class WorkflowCheckpoint:
         trace = guard("trace", lambda: read_trace(given.trace, version))
         lineage = guard("lineage", lambda: read_lineage(given.lineage, version))
         guard("new_ledger", lambda: read_new_ledger(given.new_ledger, ledger))
+        self._refuse_ended_in_flight(in_flight)
         freeze = object.__setattr__
         freeze(self, "ledger", ledger)
         freeze(self, "in_flight", in_flight)
         freeze(self, "trace", trace)
         freeze(self, "lineage", lineage)
+
+    def _refuse_ended_in_flight(self, in_flight: tuple[tuple[str, str | None, int], ...]) -> None:
+        """An attempt in flight of a step (or item) the checkpoint records is a contradiction.
+
+        A recorded step has ended; a resume would book an attempt of it as unknown
+        and count money nobody may have spent. (Paths into sub-workflows are the
+        children's to check.)
+        """
+        outputs = self.outputs
+        items = self.items
+        for index, (step, key, _attempt) in enumerate(in_flight):
+            if key is None:
+                ended = step in outputs
+            else:
+                entry = items.get(step)
+                ended = step in outputs or (entry is not None and key in entry["outputs"])
+            if ended:
+                what = f"step {step!r}" if key is None else f"item {key!r} of step {step!r}"
+                msg = (
+                    f"checkpoint field 'in_flight[{index}]' names {what}, which the "
+                    f"checkpoint records: a recorded attempt has ended, it cannot be in flight"
+                )
+                raise CheckpointFormatError(msg, path=f"in_flight[{index}]")
 
     def to_dict(self) -> dict[str, Any]:
         """Return the checkpoint as a plain dict.

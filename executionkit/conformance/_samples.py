@@ -58,7 +58,7 @@ _SPENT: tuple[tuple[list[list[Any]], list[list[Any]]], ...] = (
         ],
         [["e", None, 1]],
     ),
-    ([], [["e", None, 2], ["research/draft", "2", 3]]),
+    ([], [["research/draft", "2", 3]]),
 )
 
 

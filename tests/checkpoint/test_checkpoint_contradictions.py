@@ -615,6 +615,28 @@ def test_a_step_both_recorded_and_failed_is_refused() -> None:
         WorkflowCheckpoint.from_dict(data)
 
 
+@pytest.mark.parametrize(
+    ("in_flight", "what"),
+    [([["a", None, 1]], "step 'a'"), ([["b", None, 2], ["c", None, 1]], "step 'b'")],
+)
+def test_an_attempt_in_flight_of_a_recorded_step_is_refused(
+    in_flight: list[list[Any]], what: str
+) -> None:
+    """A recorded step has ended: listed in flight, a resume would book money nobody spent.
+
+    From_dict refuses it naming the entry (issue 31); a step not recorded, or a path into a
+    sub-workflow (the child's to check), is fine.
+    """
+    data = _base()
+    data["in_flight"] = in_flight
+    with pytest.raises(CheckpointFormatError) as caught:
+        WorkflowCheckpoint.from_dict(data)
+    assert caught.value.path == "in_flight[0]"
+    assert str(caught.value).startswith(f"checkpoint field 'in_flight[0]' names {what}, which")
+    data["in_flight"] = [["c", None, 1], ["sub/a", None, 1]]
+    assert WorkflowCheckpoint.from_dict(data).in_flight == (("c", None, 1), ("sub/a", None, 1))
+
+
 @pytest.mark.parametrize("field", ["seq", "cost.input_tokens", "cost.llm_calls"])
 def test_a_count_past_a_bigint_is_refused_and_the_message_prints(field: str) -> None:
     """A 5,000-digit count is refused naming the field; the message never raises itself."""

@@ -452,8 +452,9 @@ BROKEN: list[tuple[str, type[MemoryStore], str, str]] = [
         NeverDropsOutputs,
         "resumed run",
         (
-            "resumed run: after saving seq 5 of that run resumed with rerun=['c'], load() "
-            "returned a checkpoint whose 'step_index' is 5, expected 3"
+            "resumed run: after saving seq 5 of that run resumed with rerun=['c']: load() "
+            "raised CheckpointFormatError: checkpoint field 'in_flight[0]' names step 'd', "
+            "which the checkpoint records: a recorded attempt has ended, it cannot be in flight"
         ),
     ),
     (
