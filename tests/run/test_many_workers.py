@@ -317,7 +317,8 @@ def test_a_run_owned_by_another_claim_is_reported_and_nothing_runs(
         "message": f"run 'run-x' is owned by pid {os.getpid()} on host {host}; nothing ran",
     }
     assert read_log(log) == []
-    assert many_workers.run_one("run-x", database, str(log))["executed"] == list(STEPS)
+    executed = many_workers.run_one("run-x", database, str(log))["executed"]
+    assert sorted(executed) == sorted(STEPS)  # the summaries run side by side, in threads
 
 
 def test_a_worker_that_another_got_ahead_of_loads_again_and_pays_for_nothing(
