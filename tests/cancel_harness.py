@@ -155,15 +155,22 @@ def async_step(
                 future = current_step().save_progress({"turn": turn})
                 if not sync_progress:
                     await future
-        if trial.fail and name in knobs.failing:
-            msg = f"{name} failed"
-            raise ValueError(msg)
-        if trial.ended:
-            trial.started_after_end.append(name)
-        trial.completed[name] += 1
-        return expected_output(name, deps, ctx)
+        return step_body_ends(name, deps, ctx, trial, knobs)
 
     return run
+
+
+def step_body_ends(
+    name: str, deps: tuple[str, ...], ctx: Mapping[str, Any], trial: Trial, knobs: Knobs
+) -> str:
+    """The end of every step's body: fail if it should, note it completed, give its output."""
+    if trial.fail and name in knobs.failing:
+        msg = f"{name} failed"
+        raise ValueError(msg)
+    if trial.ended:
+        trial.started_after_end.append(name)
+    trial.completed[name] += 1
+    return expected_output(name, deps, ctx)
 
 
 def plain_step(name: str, deps: tuple[str, ...], trial: Trial, knobs: Knobs) -> Any:
@@ -175,13 +182,7 @@ def plain_step(name: str, deps: tuple[str, ...], trial: Trial, knobs: Knobs) -> 
         try:
             if not knobs.inline:
                 time.sleep(0.0005)  # in a thread: long enough to be running at a cancel
-            if trial.fail and name in knobs.failing:
-                msg = f"{name} failed"
-                raise ValueError(msg)
-            if trial.ended:
-                trial.started_after_end.append(name)
-            trial.completed[name] += 1
-            return expected_output(name, deps, ctx)
+            return step_body_ends(name, deps, ctx, trial, knobs)
         finally:
             with trial.lock:
                 trial.running -= 1
