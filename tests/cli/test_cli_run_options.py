@@ -61,10 +61,15 @@ chain = Workflow(
 """
 
 
-def run_cli(folder: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    """``python -m executionkit ARGS`` in ``folder``: exit code, stdout, stderr."""
+def run_cli(
+    folder: Path, *args: str, env: dict[str, str] | None = None, unset: str = "\0"
+) -> tuple[int, str, str]:
+    """``python -m executionkit ARGS`` in ``folder``: exit code, stdout, stderr.
+
+    ``env`` adds variables; those whose names start with ``unset`` are left out.
+    """
     environment = {
-        **os.environ,
+        **{name: value for name, value in os.environ.items() if not name.startswith(unset)},
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(folder)]),
         **(env or {}),
     }
@@ -218,22 +223,10 @@ def test_trace_otlp_sends_the_spans_to_the_collector_the_environment_names(
 
 
 def test_trace_otlp_without_an_endpoint_says_which_variable_to_set(folder: Path) -> None:
-    env = {name: "" for name in os.environ if name.startswith("OTEL_EXPORTER_OTLP_")}
-    clean = {**os.environ}
-    for name in env:
-        del clean[name]
-    environment = {**clean, "PYTHONPATH": os.pathsep.join([str(ROOT), str(folder)])}
-    done = subprocess.run(
-        [sys.executable, "-m", "executionkit", "run", "flows:chain", "--trace", "otlp"],
-        capture_output=True,
-        text=True,
-        cwd=folder,
-        env=environment,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 2, done.stderr
-    assert "--trace otlp: set OTEL_EXPORTER_OTLP_ENDPOINT" in done.stderr
+    args = ("run", "flows:chain", "--trace", "otlp")
+    code, _out, err = run_cli(folder, *args, unset="OTEL_EXPORTER_OTLP_")
+    assert code == 2, err
+    assert "--trace otlp: set OTEL_EXPORTER_OTLP_ENDPOINT" in err
 
 
 @pytest.mark.parametrize(
