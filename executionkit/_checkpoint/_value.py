@@ -221,6 +221,7 @@ class WorkflowCheckpoint:
         frozen_progress = guard("progress", lambda: read_progress(progress, version, outputs))
         skipped, items, pending, children = read_kinds(later, version, outputs, _read_child)
         others = {*skipped, *items, *pending, *children}
+        _refuse_odd_ids(run_id, seq, bool(outputs), children)
         frozen_info = guard(
             "step_info", lambda: read_step_info(info, version, outputs, frozen_progress, others)
         )
@@ -399,6 +400,46 @@ def _read_checkpoint(cls: type[WorkflowCheckpoint], data: object) -> WorkflowChe
 
 
 _LATER_FIELDS = ("skipped", "items", "pending", "children")
+
+
+def _refuse_odd_ids(
+    run_id: str | None, seq: int, recorded: bool, children: Mapping[str, Mapping[str, Any]]
+) -> None:
+    """Refuse a ``seq`` or a sub-workflow's run_id that no run would give its checkpoint.
+
+    A run numbers its checkpoints from 1: seq 0 with a run_id belongs to a
+    checkpoint that records nothing (one built by hand has no run_id). A child of
+    a run with a run_id has one of its own, derived as ``<run_id>/<step path>``
+    (`executionkit._paths.child_run_id`; a fork keeps the children it did not
+    change, with their ids): never missing, never the parent's own.
+    """
+    if run_id is None:
+        return
+    if seq == 0 and recorded:
+        msg = (
+            f"checkpoint field 'seq' is 0, but this checkpoint of run {run_id!r} records "
+            f"outputs: a run numbers its checkpoints from 1, so seq 0 belongs to one that "
+            f"records nothing (a checkpoint built by hand has no run_id)"
+        )
+        raise CheckpointFormatError(msg, path="seq")
+    for name, entry in children.items():
+        if "checkpoint" in entry:
+            nested = [(f"children.{name}.checkpoint.run_id", entry["checkpoint"])]
+        else:
+            nested = [
+                (f"children.{name}.items.{key}.run_id", child)
+                for key, child in entry["items"].items()
+            ]
+        for where, child in nested:
+            child_id = child.run_id
+            if child_id is None or "/" not in child_id or child_id == run_id:
+                problem = "has none" if child_id is None else f"has {preview(child_id)}"
+                msg = (
+                    f"checkpoint field {where!r} must be the sub-workflow's own run_id, "
+                    f"'<run_id>/<step>' as its run derives it (such as "
+                    f"{preview(f'{run_id}/{name}')}), but it {problem}"
+                )
+                raise CheckpointFormatError(msg, path=where)
 
 
 def _children_dict(entry: Mapping[str, Any]) -> dict[str, Any]:

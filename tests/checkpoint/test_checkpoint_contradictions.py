@@ -653,3 +653,49 @@ def test_a_count_past_a_bigint_is_refused_and_the_message_prints(field: str) -> 
     data_ok = _base()
     data_ok["seq"] = 2**63 - 1
     assert repr(WorkflowCheckpoint.from_dict(data_ok)).startswith("WorkflowCheckpoint(")
+
+
+def test_seq_0_of_a_run_that_recorded_outputs_is_refused() -> None:
+    """A run numbers its checkpoints from 1: seq 0 with a run_id and outputs is a contradiction.
+
+    A checkpoint built by hand (no run_id) may still start from seq 0, and so may a
+    run's checkpoint that records nothing.
+    """
+    data = _base()
+    data["seq"] = 0
+    error = refused(data)
+    assert error.path == "seq"
+    assert str(error).startswith("checkpoint field 'seq' is 0, but this checkpoint of run ")
+    data["run_id"] = None
+    assert WorkflowCheckpoint.from_dict(data).seq == 0
+    empty = WorkflowCheckpoint(0, {}, TokenUsage(), run_id="r")
+    assert WorkflowCheckpoint.from_dict(empty.to_dict()).run_id == "r"
+
+
+@pytest.mark.parametrize(
+    ("child_id", "shown"),
+    [(None, "has none"), ("parent", "has 'parent'"), ("elsewhere", "has 'elsewhere'")],
+)
+def test_a_sub_workflow_without_a_run_id_of_its_own_is_refused(
+    child_id: str | None, shown: str
+) -> None:
+    """A child's run_id is '<run_id>/<step>': missing, the parent's own or another form is refused.
+
+    The path names the child, in a sub-workflow step and in a map of them alike.
+    """
+    data = with_("children", "research")
+    data["run_id"] = "parent"
+    entry = data["children"]["research"]
+    entry["checkpoint"]["run_id"] = child_id
+    error = refused(data)
+    assert error.path == "children.research.checkpoint.run_id"
+    assert str(error).endswith(f"(such as 'parent/research'), but it {shown}")
+    entry["checkpoint"]["run_id"] = "an older parent/research"  # a fork keeps its children's
+    assert WorkflowCheckpoint.from_dict(data).children["research"]["checkpoint"].run_id == (
+        "an older parent/research"
+    )
+    mapped = with_("children", "per_doc")
+    mapped["run_id"] = "parent"
+    key, item = next(iter(mapped["children"]["per_doc"]["items"].items()))
+    item["run_id"] = None
+    assert refused(mapped).path == f"children.per_doc.items.{key}.run_id"

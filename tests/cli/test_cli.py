@@ -725,6 +725,7 @@ def test_inspect_json_escapes_c1_and_bidi_controls_and_stays_json(
         {f"name{controls}": "x"},
         TokenUsage(),
         run_id=f"id{controls}",
+        seq=1,
         metadata={"note": controls, f"key{controls}": [controls]},
         errors={f"failed{controls}": f"ValueError: {controls}"},
     )

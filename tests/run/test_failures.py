@@ -120,7 +120,7 @@ class FailingBatch:
                 self.log.append(f"{name} ran")
                 return f"{ctx[dep]}+"
 
-            return Step(name, run, depends_on=(dep,))
+            return Step(name, run, depends_on=(dep,), inline=True)  # the log is ordered
 
         return Workflow(
             [

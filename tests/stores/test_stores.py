@@ -540,18 +540,18 @@ def test_sqlite_without_history_keeps_only_the_latest(tmp_path: Path) -> None:
 def test_sqlite_load_without_run_id_gives_the_run_saved_to_last(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "runs.db")
     first = checkpoints(3, run_id="first")
-    second = checkpoints(2, run_id="second")
+    second = checkpoints(3, run_id="second")
     store(first[0])
-    store(second[0])
-    assert store.load() == second[0]
+    store(second[1])
+    assert store.load() == second[1]
     store(first[1])
     assert store.load() == first[1]
     assert store.run_ids() == ["first", "second"]
     with pytest.raises(StaleCheckpointError):
-        store(second[0].__class__.from_dict({**second[0].to_dict(), "seq": 0}))
+        store(second[0])  # seq 1, below the seq 2 stored
     assert store.load() == first[1]  # a refused save is not the latest write
-    store(second[1])
-    assert store.load() == second[1]
+    store(second[2])
+    assert store.load() == second[2]
     assert store.load("first") == first[1]
     assert store.run_ids() == ["second", "first"]
 
