@@ -548,10 +548,22 @@ class Attempts:
                         self._run_id, name, attempt, failure, delay, item=key, usage=wasted
                     )
                 )
-            if wasted != ZERO:
-                # What the failed attempt spent is saved before the next one starts.
-                self._checkpointer.save_later()
+            # What the failed attempt spent is saved (with the next one listed in flight)
+            # before the next one starts, the backoff running meanwhile.
+            saved = (
+                self._checkpointer.save_soon(asyncio.get_running_loop())
+                if wasted != ZERO
+                else None
+            )
             await asyncio.sleep(delay)
+            if saved is not None:
+                with contextlib.suppress(Exception):  # checkpoint_fn failed: the run stops
+                    await saved
+            if self._maps.policies.stopping:
+                # checkpoint_fn failed, or the run was interrupted: nothing starts any
+                # more, this attempt neither (it spent nothing: no row).
+                record.charge(name, key, "cancelled")
+                return Unfinished(f"{what} the run stopped before attempt {attempt + 1}")
             attempt += 1
             if announcer.observed:
                 announcer.emit(

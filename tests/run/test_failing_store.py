@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from executionkit import Step, Workflow, WorkflowCheckpoint
+from executionkit import Step, TokenUsage, Workflow, WorkflowCheckpoint, current_step
 
 WITHIN = 10.0  # seconds a case may take before it is called a hang
 
@@ -143,3 +143,95 @@ def test_the_reported_hang_ends_with_the_store_error() -> None:
         assert run_case(
             "step and child", schedule, "batch", threads=True, fine=0, cancel=False
         ) == ("store failed")
+
+
+def _retried(attempts: list[int]) -> Any:
+    """A step body that reports usage, fails its first attempt and succeeds after."""
+
+    def body(ctx: Any) -> str:
+        step = current_step()
+        attempts.append(step.attempt)
+        step.add_usage(TokenUsage(10, 1, 1), model="m")
+        if step.attempt == 1:
+            msg = "first attempt fails"
+            raise RuntimeError(msg)
+        return "ok"
+
+    return body
+
+
+def _async_retried(attempts: list[int]) -> Any:
+    body = _retried(attempts)
+
+    async def run(ctx: Any) -> str:
+        return str(body(ctx))
+
+    return run
+
+
+def _item_retried(attempts: list[int]) -> Any:
+    body = _retried(attempts)
+    return lambda item, ctx: body(ctx)
+
+
+@pytest.mark.parametrize("kind", ["async", "plain", "inline", "item"])
+def test_no_retry_starts_once_checkpoint_fn_failed(kind: str) -> None:
+    """A retry is a new paid attempt: once the save before it failed, it never starts.
+
+    The failed attempt's usage is saved before the retry starts; that save
+    raising stops the run, and the retry with it (it used to run, unsaved, even
+    with no backoff to wait through).
+    """
+    attempts: list[int] = []
+    saved: list[WorkflowCheckpoint] = []
+
+    def save(checkpoint: WorkflowCheckpoint) -> None:
+        if checkpoint.ledger:  # the save of the failed attempt's usage
+            raise OSError("disk full")
+        saved.append(checkpoint)
+
+    if kind == "item":
+        steps = [
+            Step("items", run=lambda ctx: ["x"], inline=True),
+            Step.map("each", _item_retried(attempts), over="items", retries=1, retry_delay=0),
+        ]
+    else:
+        run = _async_retried(attempts) if kind == "async" else _retried(attempts)
+        # Alone in its batch, the step runs in the run's own task, which a failing
+        # checkpoint_fn does not cancel.
+        steps = [Step("s", run, retries=1, retry_delay=0, inline=kind == "inline")]
+    with pytest.raises(OSError, match="disk full"):
+        Workflow(steps).run_sync(checkpoint_fn=save)
+    assert attempts == [1]
+
+
+async def test_a_retry_waits_for_the_save_of_the_failed_attempts_usage() -> None:
+    """With an async checkpoint_fn, the retry starts only once the failed attempt is saved.
+
+    A process killed during the retry then leaves a checkpoint that holds the
+    first attempt's usage and lists the retry in flight: nothing is lost.
+    """
+    attempts: list[int] = []
+    release = asyncio.Event()
+    saving = asyncio.Event()
+    saved: list[WorkflowCheckpoint] = []
+
+    async def save(checkpoint: WorkflowCheckpoint) -> None:
+        if checkpoint.ledger and not release.is_set():
+            saving.set()
+            await release.wait()
+        saved.append(checkpoint)
+
+    workflow = Workflow([Step("s", _async_retried(attempts), retries=1, retry_delay=0)])
+    task = asyncio.ensure_future(workflow.run(checkpoint_fn=save))
+    await saving.wait()
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert attempts == [1]  # the retry waits for the save
+    release.set()
+    result = await task
+    assert attempts == [1, 2]
+    first_failed = next(cp for cp in saved if cp.ledger)
+    assert [(row.attempt, row.outcome) for row in first_failed.ledger] == [(1, "failed")]
+    assert first_failed.in_flight == (("s", None, 2),)
+    assert result.spending.wasted == TokenUsage(10, 1, 1)
