@@ -221,7 +221,7 @@ class WorkflowCheckpoint:
         frozen_progress = guard("progress", lambda: read_progress(progress, version, outputs))
         skipped, items, pending, children = read_kinds(later, version, outputs, _read_child)
         others = {*skipped, *items, *pending, *children}
-        _refuse_odd_ids(run_id, seq, bool(outputs), children)
+        _refuse_odd_child_ids(run_id, children)
         frozen_info = guard(
             "step_info", lambda: read_step_info(info, version, outputs, frozen_progress, others)
         )
@@ -402,26 +402,16 @@ def _read_checkpoint(cls: type[WorkflowCheckpoint], data: object) -> WorkflowChe
 _LATER_FIELDS = ("skipped", "items", "pending", "children")
 
 
-def _refuse_odd_ids(
-    run_id: str | None, seq: int, recorded: bool, children: Mapping[str, Mapping[str, Any]]
-) -> None:
-    """Refuse a ``seq`` or a sub-workflow's run_id that no run would give its checkpoint.
+def _refuse_odd_child_ids(run_id: str | None, children: Mapping[str, Mapping[str, Any]]) -> None:
+    """Refuse a sub-workflow checkpoint whose run_id no run would give it.
 
-    A run numbers its checkpoints from 1: seq 0 with a run_id belongs to a
-    checkpoint that records nothing (one built by hand has no run_id). A child of
-    a run with a run_id has one of its own, derived as ``<run_id>/<step path>``
-    (`executionkit._paths.child_run_id`; a fork keeps the children it did not
-    change, with their ids): never missing, never the parent's own.
+    A child of a run with a run_id has one of its own, derived as
+    ``<run_id>/<step path>`` (`executionkit._paths.child_run_id`; a fork keeps the
+    children it did not change, with their ids): never missing, never the
+    parent's own.
     """
     if run_id is None:
         return
-    if seq == 0 and recorded:
-        msg = (
-            f"checkpoint field 'seq' is 0, but this checkpoint of run {run_id!r} records "
-            f"outputs: a run numbers its checkpoints from 1, so seq 0 belongs to one that "
-            f"records nothing (a checkpoint built by hand has no run_id)"
-        )
-        raise CheckpointFormatError(msg, path="seq")
     for name, entry in children.items():
         if "checkpoint" in entry:
             nested = [(f"children.{name}.checkpoint.run_id", entry["checkpoint"])]

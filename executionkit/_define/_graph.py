@@ -19,6 +19,7 @@ from executionkit._define._step import Step
 from executionkit._define._step_checks import is_async_callable, is_workflow
 from executionkit._define._step_kinds import AskStep, MapStep
 from executionkit._errors import WorkflowDefinitionError, did_you_mean
+from executionkit._paths import join_path
 
 if TYPE_CHECKING:
     from executionkit._define._step_checks import SubWorkflow
@@ -131,6 +132,27 @@ class Graph:
     def __len__(self) -> int:
         """Return the number of steps."""
         return len(self.steps)
+
+    def first_attempts(self, position: int) -> tuple[str, ...]:
+        """The ledger paths of the attempts the sub-workflow at ``position`` starts first.
+
+        Its steps with no dependencies (``<step>/<child step>``; into a
+        sub-workflow among them, further down; a map by its own path), but its
+        questions, which spend nothing. A parent lists them in flight while the
+        child has not handed over a checkpoint of its own, which then lists
+        what it runs.
+        """
+        child = graph_of(self.steps[position].run)
+        prefix = join_path(self.names[position])
+        paths: list[str] = []
+        for root, dependencies in enumerate(child.dependencies):
+            if dependencies or root in child.asks:
+                continue
+            if root in child.workflows and root not in child.maps:
+                paths += child.first_attempts(root)
+            else:
+                paths.append(child.names[root])
+        return tuple(f"{prefix}/{path}" for path in paths)
 
     def _checked_inputs(self, inputs: object) -> tuple[str, ...]:
         if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Iterable):

@@ -127,15 +127,19 @@ class InFlight:
         graph = record.graph
         names = graph.names
         opened = {(step, key) for step, key, _attempt in running}
-        upcoming = tuple(
-            (names[p], None, 1)
-            for p in sorted({*self.next_up, *self.maps, *self._freed()})
-            if (names[p], None) not in opened
-            and p not in graph.asks
-            and p not in graph.workflows
-            and not self.ended(p)
-        )
-        return running + upcoming
+        workflows = graph.workflows
+        upcoming: list[Attempt] = []
+        for p in sorted({*self.next_up, *self.maps, *self._freed()}):
+            if (names[p], None) in opened or p in graph.asks or self.ended(p):
+                continue
+            if p in workflows and p not in graph.maps:
+                # A sub-workflow lists its steps in its own checkpoints; until it has
+                # handed one over, its parent lists the attempts it starts first.
+                if record.children.checkpoint(names[p], None) is None:
+                    upcoming += ((path, None, 1) for path in graph.first_attempts(p))
+                continue
+            upcoming.append((names[p], None, 1))  # a map of sub-workflows: by its name
+        return running + tuple(upcoming)
 
     def _freed(self) -> set[int]:
         """Steps that outputs landed since the last merge make ready."""

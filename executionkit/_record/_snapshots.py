@@ -72,7 +72,13 @@ class Snapshots:
         if rows != rows_since:
             fields["_rows_since"] = rows_since  # new_ledger: the rows since (none without)
         in_flight = record.in_flight
-        if ledger.open or in_flight.maps or record.landed or in_flight.abandoned:
+        if (
+            ledger.open
+            or in_flight.maps
+            or record.landed
+            or in_flight.abandoned
+            or (in_flight.next_up and record.graph.workflows)
+        ):
             fields["in_flight"] = in_flight.now()
         elif in_flight.next_up:
             # Only steps about to start: in_flight is computed when read. The list itself

@@ -232,6 +232,11 @@ class Run(Landing):
             # In the checkpoint's in_flight: they start next (if anything does). The
             # batch's list is never changed after this.
             in_flight.next_up = ready if policies.may_begin_batch() else []
+            if self._per_step and ready and record.changes == record.saved:
+                # Each completion was merged and saved as it landed, and the batch's last
+                # ending was saved too (a sub-workflow's checkpoint): no checkpoint lists
+                # the next batch yet, and one must before it starts.
+                record.changes += 1
             in_flight.listed_at = record.changes
             await save()
         self._more = self._more or bool(ready or left)

@@ -655,21 +655,28 @@ def test_a_count_past_a_bigint_is_refused_and_the_message_prints(field: str) -> 
     assert repr(WorkflowCheckpoint.from_dict(data_ok)).startswith("WorkflowCheckpoint(")
 
 
-def test_seq_0_of_a_run_that_recorded_outputs_is_refused() -> None:
-    """A run numbers its checkpoints from 1: seq 0 with a run_id and outputs is a contradiction.
+def test_seq_0_with_outputs_is_what_a_checkpoint_built_by_hand_is() -> None:
+    """Seq 0 with a run_id and outputs is accepted on purpose (decision in issue 31's note).
 
-    A checkpoint built by hand (no run_id) may still start from seq 0, and so may a
-    run's checkpoint that records nothing.
+    The constructor's seq defaults to 0, and checkpoints built by hand with a
+    run_id are common; seq only orders the writes of one run, and the run resumed
+    from it numbers its next checkpoint 1, which every store takes.
     """
     data = _base()
     data["seq"] = 0
-    error = refused(data)
-    assert error.path == "seq"
-    assert str(error).startswith("checkpoint field 'seq' is 0, but this checkpoint of run ")
-    data["run_id"] = None
-    assert WorkflowCheckpoint.from_dict(data).seq == 0
-    empty = WorkflowCheckpoint(0, {}, TokenUsage(), run_id="r")
-    assert WorkflowCheckpoint.from_dict(empty.to_dict()).run_id == "r"
+    checkpoint = WorkflowCheckpoint.from_dict(data)
+    saved: list[WorkflowCheckpoint] = []
+    Workflow([Step("a", run=lambda ctx: 1), Step("b", run=lambda ctx: 2)]).run_sync(
+        resume_from=checkpoint, checkpoint_fn=saved.append
+    )
+    assert [cp.seq for cp in saved] == []  # nothing left to run: nothing to save
+    for field in ("outputs", "step_info"):
+        data[field].pop("b")
+    data["step_index"] = 1
+    Workflow([Step("a", run=lambda ctx: 1), Step("b", run=lambda ctx: 2)]).run_sync(
+        resume_from=WorkflowCheckpoint.from_dict(data), checkpoint_fn=saved.append
+    )
+    assert [cp.seq for cp in saved] == [1]
 
 
 @pytest.mark.parametrize(

@@ -152,3 +152,95 @@ async def test_eager_checkpoints_never_list_a_recorded_or_skipped_step() -> None
         listed = {name for name, item, _ in checkpoint.in_flight if item is None}
         assert not listed & set(checkpoint.outputs), checkpoint.seq
         assert not listed & set(checkpoint.skipped), checkpoint.seq
+
+
+def spend(ctx: Any) -> int:
+    """A plain step that reports usage."""
+    del ctx
+    current_step().add_usage(TokenUsage(5, 1, 1), model="m")
+    return 1
+
+
+def _saved_until_the_store_fails(workflow: Workflow, fine: int, **options: Any) -> list[Any]:
+    """Run with a store that saves ``fine`` checkpoints, then raises: return those saved."""
+    saved: list[WorkflowCheckpoint] = []
+
+    def save(checkpoint: WorkflowCheckpoint) -> None:
+        if len(saved) >= fine:
+            raise OSError("disk full")
+        saved.append(checkpoint)
+
+    with pytest.raises(OSError, match="disk full"):
+        workflow.run_sync(checkpoint_fn=save, run_id="r", **options)
+    return saved
+
+
+@pytest.mark.parametrize("options", MODES)
+def test_a_sub_workflow_about_to_start_lists_the_steps_it_starts_first(
+    options: dict[str, Any],
+) -> None:
+    """Until a child hands over a checkpoint of its own, its parent lists its first attempts.
+
+    A sub-workflow step was never listed (it spends nothing itself): a store
+    failing (or a kill) before the child's first checkpoint lost the attempts
+    the child had started, with no unknown row (issue 31, found by the matrix).
+    Its roots are listed by path, a root sub-workflow's further down, its
+    questions not at all.
+    """
+    grandchild = Workflow([Step("g0", spend), Step("g1", spend, depends_on=("g0",))])
+    child = Workflow(
+        [
+            Step("c0", spend),
+            Step("inner", grandchild),
+            Step.ask("c1", lambda ctx: "?"),
+            Step("c2", spend, depends_on=("c0",)),
+        ]
+    )
+    workflow = Workflow([Step("a", spend), Step("sub", child, depends_on=("a",))])
+    saved = _saved_until_the_store_fails(workflow, 1, **options)
+    assert saved[-1].in_flight == (("sub/c0", None, 1), ("sub/inner/g0", None, 1))
+    resumed = workflow.run_sync(resume_from=WorkflowCheckpoint.from_dict(saved[-1].to_dict()))
+    unknown = [
+        (row.step, row.attempt) for row in resumed.spending.entries if row.outcome == "unknown"
+    ]
+    assert unknown == [("sub/c0", 1), ("sub/inner/g0", 1)]
+    assert resumed.pending == {"sub/c1": "?"}
+
+
+def test_a_map_of_sub_workflows_running_is_listed_by_its_name() -> None:
+    """A map of sub-workflows is listed as any map is, by its name, until its items are saved."""
+    child = Workflow([Step("c0", spend)])
+    workflow = Workflow(
+        [Step("a", lambda ctx: [1, 2], inline=True), Step.map("each", child, over="a")]
+    )
+    saved = _saved_until_the_store_fails(workflow, 1)
+    assert saved[-1].in_flight == (("each", None, 1),)
+
+
+async def test_every_step_lists_the_next_batch_after_a_child_suspends_last() -> None:
+    """checkpoint_every="step": the batch's last ending a child's own checkpoint, the next batch
+    still gets a checkpoint listing it before it starts (issue 31, found by the matrix)."""
+    a_saved = asyncio.Event()
+
+    async def c0(ctx: Any) -> int:
+        await a_saved.wait()  # the child ends the batch, after "a" was saved
+        return spend(ctx)
+
+    child = Workflow([Step("c0", c0), Step.ask("c1", lambda ctx: "?", depends_on=("c0",))])
+    workflow = Workflow(
+        [Step("a", spend), Step("sub", child), Step("b", spend, depends_on=("a",))]
+    )
+    seen: list[Any] = []
+    listed_before_b: list[tuple[Any, ...]] = []
+
+    def save(checkpoint: WorkflowCheckpoint) -> None:
+        seen.append(checkpoint)
+        if "a" in checkpoint.outputs:
+            a_saved.set()
+
+    def on_event(event: Any) -> None:
+        if getattr(event, "step", None) == "b" and type(event).__name__ == "StepStarted":
+            listed_before_b.append(seen[-1].in_flight)
+
+    await workflow.run(checkpoint_fn=save, checkpoint_every="step", on_event=on_event)
+    assert listed_before_b == [(("b", None, 1),)]
