@@ -9,6 +9,8 @@ restored exactly.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from executionkit._checkpoint._ledger import LedgerEntry, Spending
 from executionkit._checkpoint._value import WorkflowCheckpoint
 from executionkit._define._step import Step
@@ -31,6 +33,9 @@ from executionkit._run._step_context import StepContext, current_step
 from executionkit._types import PatternResult, TokenUsage
 from executionkit._workflow import Workflow
 
+if TYPE_CHECKING:
+    from executionkit._prices import Price, PricedSpending, Prices
+
 __version__ = "0.5.0.dev0"
 
 __all__ = [
@@ -43,6 +48,9 @@ __all__ = [
     "ExecutionKitError",
     "LedgerEntry",
     "PatternResult",
+    "Price",
+    "PricedSpending",
+    "Prices",
     "ResumePlan",
     "RunArgumentError",
     "RunClaimedError",
@@ -59,3 +67,15 @@ __all__ = [
     "WorkflowResult",
     "current_step",
 ]
+
+_PRICES = frozenset({"Price", "PricedSpending", "Prices"})
+
+
+def __getattr__(name: str) -> Any:
+    """The dollar types, imported on first use: `decimal` and `json` load only then."""
+    if name in _PRICES:
+        from executionkit import _prices  # noqa: PLC0415 - kept out of `import executionkit`
+
+        return getattr(_prices, name)
+    msg = f"module 'executionkit' has no attribute {name!r}"
+    raise AttributeError(msg)

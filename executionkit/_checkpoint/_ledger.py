@@ -28,6 +28,8 @@ from executionkit._types import TokenUsage
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
+    from executionkit._prices import PricedSpending, Prices
+
 __all__ = [
     "OUTCOMES",
     "WASTED",
@@ -136,6 +138,15 @@ class Spending:
     def total(self) -> TokenUsage:
         """Spent plus wasted."""
         return self.spent + self.wasted
+
+    def priced(self, prices: Prices) -> PricedSpending:
+        """These rows in dollars at ``prices``: total, spent, wasted, per model and per step.
+
+        Usage of models ``prices`` has no price for is reported apart
+        (`PricedSpending.unpriced`), never as $0; attempts of unknown usage are
+        counted (`PricedSpending.unknown`), not priced.
+        """
+        return prices.priced(self.entries)
 
     def by_step(self) -> Mapping[str, Spending]:
         """One `Spending` per step path (sub-workflows' steps as ``parent/child``)."""

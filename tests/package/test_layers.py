@@ -36,7 +36,17 @@ PACKAGE = ROOT / "executionkit"
 # The modules at the top of the package, by layer; every folder is a layer of its own
 # (the faces' folders share the faces' layer).
 LEAVES = frozenset(
-    {"_errors", "_owner", "_paths", "_plain", "_terminal", "_types", "events", "types"}
+    {
+        "_errors",
+        "_owner",
+        "_paths",
+        "_plain",
+        "_prices",
+        "_terminal",
+        "_types",
+        "events",
+        "types",
+    }
 )
 FACADE = frozenset({"__init__", "_workflow", "workflow"})
 FACES = frozenset({"__main__", "otel", "progress", "stores", "conformance", "_cli"})
