@@ -15,6 +15,7 @@ from executionkit._cli._exits import EXIT_OK, CliError
 from executionkit._cli._load import load_workflow
 from executionkit._cli._location import PASSWORD, DatabaseLocation, FileLocation, parse_location
 from executionkit._cli._maps import failed_items, items_text, recorded_steps, unfinished_maps
+from executionkit._cli._prices import dollars, dollars_lines, load_prices
 from executionkit._cli._questions import expired, now, question_block
 from executionkit._cli._text import invocation, json_document, out, preview
 from executionkit._define._questions import waiting_in
@@ -35,6 +36,9 @@ def inspect_command(args: argparse.Namespace) -> int:
     """Print what ``args.file`` holds; import ``args.workflow`` only if given."""
     location = parse_location(args.file)
     if args.history:
+        if args.prices is not None:
+            msg = "--history lists what the store keeps: leave out --prices, or give --seq N"
+            raise CliError(msg)
         if args.workflow is not None:
             msg = "--history lists what the store keeps and imports nothing: leave out --workflow"
             raise CliError(msg)
@@ -42,9 +46,12 @@ def inspect_command(args: argparse.Namespace) -> int:
     if isinstance(location, DatabaseLocation) and location.run_id is None and args.seq is None:
         return _list_runs(location, as_json=args.json)
     path = location.label
+    prices = None if args.prices is None else load_prices(args.prices)
     checkpoint = _checkpoint_of(location, args.seq)
     workflow = None if args.workflow is None else load_workflow(args.workflow)
     summary = describe(checkpoint, workflow, file=path)
+    if prices is not None:
+        summary["dollars"] = dollars(checkpoint.spending.priced(prices))
     if location.reports_owners():  # else no line at all: "nobody" would be a guess
         summary["claimed_by"] = _claimed_by(location)
     if not args.json:
@@ -333,10 +340,12 @@ def describe_text(summary: Mapping[str, Any]) -> str:
 
 
 def _ledger_fields(summary: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
-    """The ``spending`` and ``in flight`` fields, when the checkpoint has them."""
+    """The ``spending``, ``dollars`` and ``in flight`` fields, when there is something to say."""
     fields = []
     if summary["spending"]["steps"]:
         fields.append(("spending", _spending_lines(summary["spending"])))
+    if "dollars" in summary:
+        fields.append(("dollars", dollars_lines(summary["dollars"])))
     if summary["in_flight"]:
         fields.append(("in flight", [_attempt_text(*a) for a in summary["in_flight"]]))
     return fields

@@ -184,6 +184,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="import this workflow to show the total, the pending steps and the items of maps",
     )
     inspect.add_argument("--json", action="store_true", help="print a JSON object instead")
+    inspect.add_argument(
+        "--prices",
+        metavar="FILE",
+        help=(
+            "a JSON price file (model to input_per_million and output_per_million dollars, "
+            "'*' for any other model): show the bill in dollars too"
+        ),
+    )
     going_back = inspect.add_mutually_exclusive_group()
     going_back.add_argument(
         "--history",
