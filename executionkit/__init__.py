@@ -34,11 +34,12 @@ from executionkit._types import PatternResult, TokenUsage
 from executionkit._workflow import Workflow
 
 if TYPE_CHECKING:
-    from executionkit._prices import Price, PricedSpending, Prices
+    from executionkit._prices import Budget, Price, PricedSpending, Prices
 
 __version__ = "0.5.0.dev0"
 
 __all__ = [
+    "Budget",
     "BudgetExceeded",
     "CheckpointFormatError",
     "CheckpointMismatchError",
@@ -68,7 +69,7 @@ __all__ = [
     "current_step",
 ]
 
-_PRICES = frozenset({"Price", "PricedSpending", "Prices"})
+_PRICES = frozenset({"Budget", "Price", "PricedSpending", "Prices"})
 
 
 def __getattr__(name: str) -> Any:

@@ -24,7 +24,7 @@ from executionkit._types import TokenUsage
 if TYPE_CHECKING:
     import os
 
-__all__ = ["Price", "PricedSpending", "Prices"]
+__all__ = ["Budget", "Price", "PricedSpending", "Prices"]
 
 _MILLION = Decimal(1_000_000)
 _ZERO = Decimal(0)
@@ -259,3 +259,40 @@ class PricedSpending:
 def dollars_text(amount: Decimal) -> str:
     """``$1.2345``: dollars to four decimals (rounded half even), for people to read."""
     return f"${amount.quantize(Decimal('0.0001')):,}"
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class Budget:
+    """A run's budget in tokens, dollars or both: ``run(budget=Budget(dollars=5), prices=...)``.
+
+    Once either is reached, no new step, item or retry starts; what runs
+    finishes and is counted, and the run raises `BudgetExceeded`. A resume with
+    a larger budget runs only what is left (restored usage counts against it).
+
+    Attributes:
+        tokens: Limits on token counts, as ``budget=TokenUsage(...)`` gives them
+            (0 in a field: no limit on it); None for none.
+        dollars: The most the run may cost, priced with the run's ``prices``
+            (the ledger's rows of every attempt, failed ones included); None for
+            no dollar limit. Usage of a model ``prices`` cannot price stops the
+            run as a reached budget does: it cannot be proven under the limit.
+            Attempts of unknown usage are not priced.
+    """
+
+    tokens: TokenUsage | None
+    dollars: Decimal | None
+
+    def __init__(
+        self,
+        *,
+        tokens: TokenUsage | None = None,
+        dollars: Decimal | float | str | None = None,
+    ) -> None:
+        """Set the limits; ``dollars`` is read as `Price` reads its amounts."""
+        given: object = tokens
+        if given is not None and not isinstance(given, TokenUsage):
+            msg = f"Budget tokens must be a TokenUsage or None, got {preview(given)}"
+            raise TypeError(msg)
+        object.__setattr__(self, "tokens", tokens)
+        amount = None if dollars is None else _dollars(dollars, "Budget dollars")
+        object.__setattr__(self, "dollars", amount)

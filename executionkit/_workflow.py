@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from executionkit._checkpoint._value import WorkflowCheckpoint
     from executionkit._define._step import Step
+    from executionkit._prices import Budget, Prices
     from executionkit._record._result import WorkflowResult
     from executionkit._run._runner import Run
     from executionkit._types import TokenUsage
@@ -99,7 +100,7 @@ class Workflow:
         run_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         on_error: OnError = "finish",
-        budget: TokenUsage | None = None,
+        budget: TokenUsage | Budget | None = None,
         rerun: Collection[str] | None = None,
         unknown_steps: UnknownSteps = "error",
         validate_json: bool = False,
@@ -109,6 +110,7 @@ class Workflow:
         executor: Executor | None = None,
         checkpoint_every: CheckpointEvery = "batch",
         stop_grace: float = 5.0,
+        prices: Prices | None = None,
     ) -> WorkflowResult:
         """Run every step not yet recorded, checkpointing after each batch.
 
@@ -144,7 +146,8 @@ class Workflow:
                 each non-zero field of the `TokenUsage` is a limit. Once the
                 total reaches one, no new step starts; running steps finish and
                 are recorded, a checkpoint is taken and `BudgetExceeded` is
-                raised. Resume with a larger budget to continue.
+                raised. Resume with a larger budget to continue. A `Budget`
+                sets tokens, dollars or both (dollars need ``prices``).
             rerun: Step names to run again although ``resume_from`` records
                 them (after a prompt change without a version bump, or a bad
                 output), together with everything that depends on them.
@@ -209,6 +212,9 @@ class Workflow:
                 usage as unknown and runs it again. ``0`` abandons at once;
                 ``math.inf`` waits for ever. Async steps are cancelled at once
                 whatever this says.
+            prices: A `Prices` table that turns the ledger's tokens into
+                dollars, for a dollar ``budget`` (`Budget`); sub-workflows use
+                it too.
 
         Returns:
             The outputs of every step and the total token usage. When questions

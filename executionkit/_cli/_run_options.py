@@ -49,7 +49,16 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         default=[],
         help=(
             "stop starting steps once the run has spent N of FIELD (input_tokens, "
-            "output_tokens or llm_calls), restored usage included; repeat for more"
+            "output_tokens, llm_calls, or dollars with --prices), restored usage included; "
+            "repeat for more"
+        ),
+    )
+    group.add_argument(
+        "--prices",
+        metavar="FILE",
+        help=(
+            "a JSON price file (model to input_per_million and output_per_million dollars, "
+            "'*' for any other model), for --budget dollars=N"
         ),
     )
     group.add_argument(
@@ -134,8 +143,12 @@ class RunFlags:
         options = flags.options
         if args.max_concurrency is not None:
             options["max_concurrency"] = args.max_concurrency
+        if args.prices is not None:
+            from executionkit._cli._prices import load_prices  # noqa: PLC0415 - loads decimal
+
+            options["prices"] = load_prices(args.prices)
         if args.budget:
-            options["budget"] = _budget(args.budget)
+            options["budget"] = _budget(args.budget, priced="prices" in options)
         if args.stop_grace != 5.0:  # noqa: PLR2004 - run()'s default, passed only when changed
             options["stop_grace"] = args.stop_grace
         if args.executor == "processes":
@@ -156,25 +169,50 @@ class RunFlags:
             self.executor.shutdown(wait=False, cancel_futures=True)
 
 
-def _budget(given: list[str]) -> Any:
+def _budget(given: list[str], *, priced: bool) -> Any:
+    """``--budget FIELD=N``s: a `TokenUsage`, or a `Budget` when dollars are among them."""
     from executionkit._types import TokenUsage  # noqa: PLC0415
 
     limits: dict[str, int] = {}
+    dollars = None
     for text in given:
         name, equals, value = text.partition("=")
-        if not equals or name not in _BUDGET_FIELDS:
-            msg = (
-                f"--budget {text}: expected FIELD=N with FIELD one of {', '.join(_BUDGET_FIELDS)}"
-            )
+        if not equals or name not in (*_BUDGET_FIELDS, "dollars"):
+            fields = ", ".join((*_BUDGET_FIELDS, "dollars"))
+            msg = f"--budget {text}: expected FIELD=N with FIELD one of {fields}"
             raise CliError(msg)
+        if name in limits or (name == "dollars" and dollars is not None):
+            msg = f"--budget {name} is given twice"
+            raise CliError(msg)
+        if name == "dollars":
+            dollars = _dollars(text, value, priced=priced)
+            continue
         if not value.isascii() or not value.isdigit() or int(value) < 1:
             msg = f"--budget {text}: N must be a whole number of 1 or more, got {value!r}"
             raise CliError(msg)
-        if name in limits:
-            msg = f"--budget {name} is given twice"
-            raise CliError(msg)
         limits[name] = int(value)
-    return TokenUsage(**limits)
+    if dollars is None:
+        return TokenUsage(**limits)
+    from executionkit._prices import Budget  # noqa: PLC0415 - loads decimal
+
+    return Budget(tokens=TokenUsage(**limits) if limits else None, dollars=dollars)
+
+
+def _dollars(text: str, value: str, *, priced: bool) -> Any:
+    """The amount of ``--budget dollars=N``: a positive decimal, with ``--prices`` given."""
+    from decimal import Decimal, InvalidOperation  # noqa: PLC0415
+
+    if not priced:
+        msg = f"--budget {text} needs --prices FILE to turn the ledger's tokens into dollars"
+        raise CliError(msg)
+    try:
+        amount = Decimal(value) if value.isascii() else Decimal("NaN")
+    except InvalidOperation:
+        amount = Decimal("NaN")
+    if not amount.is_finite() or amount <= 0:
+        msg = f"--budget {text}: N must be a positive number of dollars, got {value!r}"
+        raise CliError(msg)
+    return amount
 
 
 def _tracing(kind: str) -> tuple[Any, Any]:

@@ -17,8 +17,10 @@ from executionkit._types import TokenUsage
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor  # noqa: TC004 - an annotation only; keeps import cheap
+    from decimal import Decimal  # noqa: TC004 - an annotation only; keeps import cheap
 
     from executionkit._define._graph import Graph
+    from executionkit._prices import Prices  # noqa: TC004 - an annotation only
 
 CheckpointFn: TypeAlias = Callable[[WorkflowCheckpoint], object]
 """Receives each checkpoint; may return an awaitable, which is awaited before anything else."""
@@ -67,6 +69,9 @@ class RunOptions:
     checkpoint_every: CheckpointEvery = "batch"
     stop_grace: float = 5.0
     answers: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    # A dollar budget (`Budget.dollars`), priced with `prices`.
+    dollars: Decimal | None = None
+    prices: Prices | None = None
     # rerun paths into sub-workflows: (step, item key or None) -> the rest of each path.
     rerun_within: Mapping[tuple[str, str | None], frozenset[str]] = field(
         default_factory=lambda: MappingProxyType({})
@@ -86,7 +91,7 @@ class RunOptions:
         run_id = arguments["run_id"]
         metadata = arguments["metadata"]
         on_error = arguments["on_error"]
-        budget = arguments["budget"]
+        tokens, dollars, prices = _checked_money(arguments)
         rerun = arguments["rerun"]
         unknown_steps = arguments["unknown_steps"]
         validate_json = arguments["validate_json"]
@@ -151,7 +156,9 @@ class RunOptions:
                 None if metadata is None else MappingProxyType(str_keyed(metadata, "metadata"))
             ),
             on_error=on_error,  # type: ignore[arg-type]  # checked by _one_of
-            budget=_checked_budget(budget),
+            budget=tokens,
+            dollars=dollars,
+            prices=prices,
             rerun=rerun_own,
             rerun_within=rerun_within,
             unknown_steps=unknown_steps,  # type: ignore[arg-type]  # checked by _one_of
@@ -222,16 +229,54 @@ def _one_of(argument: str, value: object, allowed: tuple[str, ...]) -> None:
         raise RunArgumentError(msg)
 
 
-def _checked_budget(budget: object) -> TokenUsage | None:
+def _checked_money(
+    arguments: Mapping[str, object],
+) -> tuple[TokenUsage | None, Decimal | None, Prices | None]:
+    """The ``budget`` (its token limits and its dollars) and the ``prices``, checked."""
+    tokens, dollars = _checked_budget(arguments["budget"])
+    return tokens, dollars, _checked_prices(arguments.get("prices"), dollars)
+
+
+def _checked_budget(budget: object) -> tuple[TokenUsage | None, Decimal | None]:
+    """The token limits and the dollar limit of ``budget``: a `TokenUsage`, a `Budget` or None."""
     if budget is None:
-        return None
+        return None, None
+    dollars = None
     if not isinstance(budget, TokenUsage):
-        msg = f"budget must be a TokenUsage or None, got {type(budget).__name__} {budget!r}"
-        raise RunArgumentError(msg)
+        from executionkit._prices import Budget  # noqa: PLC0415 - loads decimal: only when used
+
+        if not isinstance(budget, Budget):
+            msg = (
+                f"budget must be a TokenUsage, a Budget or None, got "
+                f"{type(budget).__name__} {budget!r}"
+            )
+            raise RunArgumentError(msg)
+        dollars = budget.dollars
+        budget = budget.tokens
+        if budget is None:
+            return None, dollars
     if min(budget.input_tokens, budget.output_tokens, budget.llm_calls) < 0:
         msg = f"budget fields must be non-negative (0 means no limit), got {budget!r}"
         raise RunArgumentError(msg)
-    return budget
+    return budget, dollars
+
+
+def _checked_prices(prices: object, dollars: Decimal | None) -> Prices | None:
+    """``prices``: a `Prices` or None, and given whenever the budget is in dollars."""
+    if prices is None:
+        if dollars is not None:
+            msg = (
+                f"budget=Budget(dollars={dollars}) needs prices=Prices({{...}}) to turn the "
+                f"ledger's tokens into dollars"
+            )
+            raise RunArgumentError(msg)
+        return None
+    from executionkit._prices import Prices  # noqa: PLC0415 - loads decimal: only when used
+
+    if not isinstance(prices, Prices):
+        msg = f"prices must be a Prices or None, got {type(prices).__name__}"
+        raise RunArgumentError(msg)
+    return prices
 
 
 def _check_what_steps_read(graph: Graph, context: dict[str, Any], resume_from: object) -> None:

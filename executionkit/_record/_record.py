@@ -62,6 +62,13 @@ class Record:
         self.graph = graph
         self._encoded = graph.encoded
         self.budget = options.budget
+        # A dollar budget: the ledger's rows priced as they are written (`_priced` of them
+        # so far), and the first model found that the prices cannot price.
+        self.dollars = options.dollars
+        self.prices = options.prices
+        self.spent_dollars = None if options.dollars is None else options.dollars * 0
+        self.unpriced: tuple[str | None] | None = None
+        self._priced = 0
         self._validate_json = options.validate_json
         # Outputs are stored as returned: no step encodes, nothing is checked.
         self._kept_as_is = not options.validate_json and not graph.encoded
@@ -393,8 +400,33 @@ class Record:
         return completed
 
     def over_budget(self) -> bool:
-        """Whether the token usage reached the run's budget."""
-        return self.budget is not None and reached(self.cost, self.budget)
+        """Whether the token usage, or its price, reached the run's budget."""
+        if self.budget is not None and reached(self.cost, self.budget):
+            return True
+        return self.dollars is not None and self._dollars_reached()
+
+    def _dollars_reached(self) -> bool:
+        """Price the ledger rows written since the last call; whether the dollars are reached.
+
+        A row of a model the prices cannot price reaches it: the run cannot
+        prove it is under its limit. Rows of unknown usage are not priced.
+        """
+        entries = self.ledger.entries
+        prices, spent, limit = self.prices, self.spent_dollars, self.dollars
+        if prices is None or spent is None or limit is None:  # pragma: no cover - RunOptions
+            return False
+        if self._priced < len(entries):
+            for row in entries[self._priced :]:
+                if row.outcome == "unknown" or row.usage == ZERO:
+                    continue
+                price = prices.price_of(row.model)
+                if price is None:
+                    self.unpriced = self.unpriced or (row.model,)
+                else:
+                    spent += price.of(row.usage)
+            self.spent_dollars = spent
+            self._priced = len(entries)
+        return self.unpriced is not None or spent >= limit
 
     # --- checkpoints ----------------------------------------------------------------------
 

@@ -17,7 +17,10 @@ from executionkit._errors import ExecutionKitError, safe_str
 from executionkit._types import TokenUsage
 
 if TYPE_CHECKING:
+    from decimal import Decimal
+
     from executionkit._checkpoint._value import WorkflowCheckpoint
+    from executionkit._prices import Budget
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,7 @@ class WorkflowFailed(ExecutionKitError):  # noqa: N818 - the name reads as an ev
 
 
 class BudgetExceeded(ExecutionKitError):  # noqa: N818 - reads as an event, like WorkflowFailed
-    """The run's token usage reached a limit of its ``budget``; nothing new started.
+    """The run's usage reached a limit of its ``budget``; nothing new started.
 
     Steps already running were allowed to finish and were recorded, and a
     checkpoint was taken. Resume from `checkpoint` with a larger budget to
@@ -113,28 +116,57 @@ class BudgetExceeded(ExecutionKitError):  # noqa: N818 - reads as an event, like
     Attributes:
         checkpoint: The checkpoint taken when the run stopped.
         usage: Total token usage at that point, restored usage included.
-        budget: The budget that was reached.
+        budget: The budget that was reached: the `TokenUsage` given, or the
+            `Budget` (tokens and dollars).
+        dollars: With a dollar budget, the dollars spent at that point (the
+            ledger priced with the run's prices); None otherwise.
     """
 
     def __init__(
-        self, checkpoint: WorkflowCheckpoint, usage: TokenUsage, budget: TokenUsage
+        self,
+        checkpoint: WorkflowCheckpoint,
+        usage: TokenUsage,
+        budget: TokenUsage | Budget,
+        *,
+        dollars: tuple[Decimal | None, Decimal, tuple[str | None] | None] | None = None,
     ) -> None:
-        """Create the error from the checkpoint, the usage and the budget."""
+        """Create the error from the checkpoint, the usage and the budget.
+
+        ``dollars``: (spent, limit, (the first model found unpriced,) or None).
+        """
         self.checkpoint = checkpoint
         self.usage = usage
         self.budget = budget
-        reached = ", ".join(
-            f"{name} {used} of {limit}"
-            for name, used, limit in (
-                ("input_tokens", usage.input_tokens, budget.input_tokens),
-                ("output_tokens", usage.output_tokens, budget.output_tokens),
-                ("llm_calls", usage.llm_calls, budget.llm_calls),
-            )
-            if limit and used >= limit
-        )
+        self.dollars = None if dollars is None else dollars[0]
+        tokens = budget if isinstance(budget, TokenUsage) else budget.tokens
+        parts = []
+        if tokens is not None:
+            parts += [
+                f"{name} {used} of {limit}"
+                for name, used, limit in (
+                    ("input_tokens", usage.input_tokens, tokens.input_tokens),
+                    ("output_tokens", usage.output_tokens, tokens.output_tokens),
+                    ("llm_calls", usage.llm_calls, tokens.llm_calls),
+                )
+                if limit and used >= limit
+            ]
+        if dollars is not None:
+            spent, limit, unpriced = dollars
+            if unpriced is not None:
+                model = (
+                    "usage reported without a model"
+                    if unpriced[0] is None
+                    else (f"model {unpriced[0]!r}")
+                )
+                parts.append(
+                    f"{model} has no price in the run's prices, so the dollar budget "
+                    f"(${limit}) cannot count it (price it, or give Prices a default)"
+                )
+            elif spent is not None and spent >= limit:
+                parts.append(f"dollars ${spent} of ${limit}")
         super().__init__(
-            f"budget reached: {reached}; no new step or retry was started. The checkpoint "
-            f"(.checkpoint, seq={checkpoint.seq}) records "
+            f"budget reached: {', '.join(parts)}; no new step or retry was started. The "
+            f"checkpoint (.checkpoint, seq={checkpoint.seq}) records "
             f"{_completed_steps(checkpoint.step_index)}; resume from it with a larger budget "
             f"to continue"
         )

@@ -126,8 +126,14 @@ class Snapshots:
     def budget_exceeded(self) -> BudgetExceeded:
         """The `BudgetExceeded` for the budget reached, with the latest checkpoint."""
         record = self.record
-        assert record.budget is not None  # noqa: S101 - only called once over_budget() said so
-        return BudgetExceeded(self.latest(), record.cost, record.budget)
+        if record.dollars is None:
+            assert record.budget is not None  # noqa: S101 - only called once over_budget() said so
+            return BudgetExceeded(self.latest(), record.cost, record.budget)
+        from executionkit._prices import Budget  # noqa: PLC0415 - loaded: the run has prices
+
+        budget = Budget(tokens=record.budget, dollars=record.dollars)
+        dollars = (record.spent_dollars, record.dollars, record.unpriced)
+        return BudgetExceeded(self.latest(), record.cost, budget, dollars=dollars)
 
     def result(self) -> WorkflowResult:
         """The `WorkflowResult` of a run that completed."""

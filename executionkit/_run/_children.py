@@ -92,13 +92,17 @@ class ChildRuns:
                 )
             )
         resume = record.children.checkpoint(name, key)
+        limit: Any = budget
+        if options.dollars is not None:
+            limit = self._dollars_left(budget, resume)
         inherited = {
             # A resumed child keeps its run_id, even one derived before names were escaped.
             "run_id": child_run_id(record.run_id, name, key)
             if resume is None or resume.run_id is None
             else resume.run_id,
             "on_error": options.on_error,
-            "budget": budget,
+            "budget": limit,
+            "prices": options.prices,
             "validate_json": options.validate_json,
             "schedule": options.schedule,
             "max_concurrency": options.max_concurrency,
@@ -112,6 +116,23 @@ class ChildRuns:
             "rerun": self._rerun.pop((name, key), None) if resume is not None else None,
         }
         return resume, inherited
+
+    def _dollars_left(self, tokens: TokenUsage | None, resume: WorkflowCheckpoint | None) -> Any:
+        """A child's `Budget`: the token limits left, and the dollars the rest of the run left.
+
+        What the child spent before (its checkpoint's ledger, in the parent's
+        too) counts against it once, as the child's own restored usage.
+        """
+        from executionkit._prices import Budget  # noqa: PLC0415 - loaded: the run has prices
+
+        record = self._record
+        options = self._options
+        record.over_budget()  # prices the rows written since it last looked
+        prices, spent, limit = options.prices, record.spent_dollars, options.dollars
+        if prices is None or spent is None or limit is None:  # pragma: no cover - RunOptions
+            return tokens
+        own = resume.spending.priced(prices).total if resume is not None else spent * 0
+        return Budget(tokens=tokens, dollars=max(limit - (spent - own), limit * 0))
 
     def saved(
         self, name: str, key: str | None, checkpoint: WorkflowCheckpoint

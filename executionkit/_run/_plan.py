@@ -89,6 +89,7 @@ def plan_resume(graph: Graph, arguments: Mapping[str, object]) -> ResumePlan:
             "metadata": None,
             "on_error": "finish",
             "budget": None,
+            "prices": None,
             "validate_json": False,
             "schedule": "batch",
             "max_concurrency": None,

@@ -87,7 +87,9 @@ class Run(Landing):
             slots,
             eager=self._eager,
             failures=record.failures,
-            over_budget=None if options.budget is None else record.over_budget,
+            over_budget=None
+            if options.budget is None and options.dollars is None
+            else record.over_budget,
         )
         # Steps a condition may skip are decided just before they would start.
         self._conditions = Conditions(graph, options.context, record.outputs, record.skips.skipped)

@@ -129,6 +129,20 @@ def test_budget_stops_the_run_saves_it_and_a_larger_budget_resumes_it(folder: Pa
     assert sorted(json.loads(out)) == ["c0", "c1", "c2", "c3"]
 
 
+def test_a_dollar_budget_stops_the_run_and_a_larger_one_resumes_it(folder: Path) -> None:
+    """``--budget dollars=N --prices FILE``: a dollar a step here, two dollars, two steps."""
+    prices = {"*": {"input_per_million": 100_000, "output_per_million": 0}}
+    (folder / "prices.json").write_text(json.dumps(prices), encoding="utf-8")
+    args = ("run", "flows:chain", "--checkpoint", "run.json", "--prices", "prices.json")
+    code, out, err = run_cli(folder, *args, "--budget", "dollars=2")
+    assert (code, out) == (1, ""), err
+    assert "executionkit: budget reached: dollars $2 of $2" in err
+    assert "2 of 4 steps recorded" in err.splitlines()[-1]
+    code, out, err = run_cli(folder, *args, "--budget", "dollars=10")
+    assert code == 0, err
+    assert sorted(json.loads(out)) == ["c0", "c1", "c2", "c3"]
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [

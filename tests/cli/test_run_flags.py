@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import io
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from executionkit import Step, TokenUsage, Workflow
+from executionkit import Budget, Price, Prices, Step, TokenUsage, Workflow
 from executionkit._cli._exits import CliError
 from executionkit._cli._parser import build_parser
 from executionkit._cli._run_options import RunFlags
 from executionkit.otel import Tracing
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def flags_of(*argv: str) -> RunFlags:
@@ -71,11 +74,36 @@ def test_executor_processes_makes_a_pool_that_close_shuts_down() -> None:
         (("--budget", "llm_calls=x"), "N must be a whole number of 1 or more, got 'x'"),
         (("--budget", "llm_calls=²"), "N must be a whole number of 1 or more, got '²'"),
         (("--budget", "output_tokens=1", "--budget", "output_tokens=2"), "given twice"),
+        (("--budget", "dollars=5"), r"--budget dollars=5 needs --prices FILE to turn"),
     ],
 )
 def test_a_bad_budget_is_bad_input_naming_it(argv: tuple[str, ...], message: str) -> None:
     with pytest.raises(CliError, match=message):
         flags_of(*argv)
+
+
+def test_a_dollar_budget_with_a_price_file_is_a_budget_in_dollars(tmp_path: Path) -> None:
+    """``--budget dollars=N --prices FILE``: a `Budget` with the tokens limits given beside."""
+    prices = tmp_path / "prices.json"
+    prices.write_text('{"m": {"input_per_million": 1, "output_per_million": "2.5"}}')
+    flags = flags_of("--prices", str(prices), "--budget", "dollars=2.50")
+    assert flags.options["budget"] == Budget(dollars="2.50")
+    assert flags.options["prices"] == Prices({"m": Price(1, "2.5")})
+    both = flags_of("--prices", str(prices), "--budget", "dollars=1", "--budget", "llm_calls=3")
+    assert both.options["budget"] == Budget(tokens=TokenUsage(llm_calls=3), dollars=1)
+    bad = [
+        ("dollars=0", "N must be a positive number of dollars, got '0'"),
+        ("dollars=x", "N must be a positive number of dollars, got 'x'"),
+        ("dollars=inf", "N must be a positive number of dollars, got 'inf'"),
+        ("dollars=٣", "N must be a positive number of dollars, got '٣'"),
+    ]
+    for text, message in bad:
+        with pytest.raises(CliError, match=message):
+            flags_of("--prices", str(prices), "--budget", text)
+    with pytest.raises(CliError, match="given twice"):
+        flags_of("--prices", str(prices), "--budget", "dollars=1", "--budget", "dollars=2")
+    with pytest.raises(CliError, match="cannot be read as JSON"):
+        flags_of("--prices", str(tmp_path / "missing.json"))
 
 
 @pytest.mark.parametrize(

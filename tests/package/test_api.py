@@ -14,6 +14,7 @@ import pytest
 import executionkit
 
 PUBLIC = [
+    "Budget",
     "BudgetExceeded",
     "CheckpointFormatError",
     "CheckpointMismatchError",

@@ -347,11 +347,11 @@ NEGATIVE = "budget fields must be non-negative (0 means no limit), got "
     [
         (
             {"input_tokens": 5},
-            "budget must be a TokenUsage or None, got dict {'input_tokens': 5}",
+            "budget must be a TokenUsage, a Budget or None, got dict {'input_tokens': 5}",
         ),
-        (5, "budget must be a TokenUsage or None, got int 5"),
-        (True, "budget must be a TokenUsage or None, got bool True"),
-        ("100", "budget must be a TokenUsage or None, got str '100'"),
+        (5, "budget must be a TokenUsage, a Budget or None, got int 5"),
+        (True, "budget must be a TokenUsage, a Budget or None, got bool True"),
+        ("100", "budget must be a TokenUsage, a Budget or None, got str '100'"),
         (
             TokenUsage(-1, 0, 0),
             NEGATIVE + "TokenUsage(input_tokens=-1, output_tokens=0, llm_calls=0)",
