@@ -61,7 +61,14 @@ class World:
             self.stored.append(json.loads(json.dumps(checkpoint.to_dict())))
 
     def call(self, usage: TokenUsage) -> TokenUsage:
-        """Serve one model call: bill it first (the provider charges), then maybe die."""
+        """Serve one model call: bill it first (the provider charges), then maybe die.
+
+        Once the process has "died", nothing it does reaches the provider: a plain
+        step in a thread learns of the death only when the run does, and a real
+        kill -9 would have stopped it with the rest of the process.
+        """
+        if self.dead:
+            raise Killed
         step = current_step()
         self.calls += 1
         self.bill[step.name, step.item_key] += usage
