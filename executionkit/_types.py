@@ -44,7 +44,7 @@ class TokenUsage:
         """Return the field-wise sum."""
         if not isinstance(other, TokenUsage):
             return NotImplemented
-        return TokenUsage(
+        return _usage(
             self.input_tokens + other.input_tokens,
             self.output_tokens + other.output_tokens,
             self.llm_calls + other.llm_calls,
@@ -54,7 +54,7 @@ class TokenUsage:
         """Return the field-wise difference, without clamping at zero."""
         if not isinstance(other, TokenUsage):
             return NotImplemented
-        return TokenUsage(
+        return _usage(
             self.input_tokens - other.input_tokens,
             self.output_tokens - other.output_tokens,
             self.llm_calls - other.llm_calls,
@@ -64,6 +64,22 @@ class TokenUsage:
     def total_tokens(self) -> int:
         """Input plus output tokens."""
         return self.input_tokens + self.output_tokens
+
+
+def _usage(input_tokens: int, output_tokens: int, llm_calls: int) -> TokenUsage:
+    """A `TokenUsage` of counts known to be ints (a sum or difference of two): unchecked.
+
+    Half the cost of the constructor, which checks each field: usage is added
+    several times per step that reports it.
+    """
+    usage = _new(TokenUsage)
+    usage.__dict__.update(
+        input_tokens=input_tokens, output_tokens=output_tokens, llm_calls=llm_calls
+    )
+    return usage
+
+
+_new = object.__new__
 
 
 def _empty_metadata() -> MappingProxyType[str, Any]:
