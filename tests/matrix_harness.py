@@ -53,7 +53,7 @@ import threading
 import time
 import zlib
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -336,6 +336,16 @@ class Book:
         broken = self.broken
         return broken is not None and broken[0] == path and broken[1] in (None, key)
 
+    def answer(
+        self, step: StepContext, path: str, key: str | None, value: Any, phase: int, **how: bool
+    ) -> Any:
+        """The attempt's ending: `AttemptError` when it fails (``how["flaky"]``), else `result`."""
+        if self.fails(step, path, key, flaky=how["flaky"]):
+            where = path if key is None else f"{path}[{key}]"
+            msg = f"{where} attempt {step.attempt} failed"
+            raise AttemptError(msg)
+        return self.result(value, phase, pattern=how["pattern"])
+
     def result(self, value: Any, phase: int, *, pattern: bool) -> Any:
         """The body's return: the value, or a PatternResult reporting part of the usage."""
         if not pattern:
@@ -368,10 +378,8 @@ def async_body(
         try:
             for _ in range(yields):
                 await asyncio.sleep(0)
-            if book.fails(step, path, key, flaky=flaky):
-                msg = f"{path} attempt {step.attempt} failed"
-                raise AttemptError(msg)
-            return book.result(_output(path, key, _read(ctx, deps)), ctx["phase"], pattern=pattern)
+            value = _output(path, key, _read(ctx, deps))
+            return book.answer(step, path, key, value, ctx["phase"], flaky=flaky, pattern=pattern)
         finally:
             book.end()
 
@@ -386,10 +394,8 @@ def plain_body(
         try:
             if not inline:
                 time.sleep(0.0005)  # work in a thread: long enough to be running at a cancel
-            if book.fails(step, path, key, flaky=flaky):
-                msg = f"{path} attempt {step.attempt} failed"
-                raise AttemptError(msg)
-            return book.result(_output(path, key, _read(ctx, deps)), ctx["phase"], pattern=pattern)
+            value = _output(path, key, _read(ctx, deps))
+            return book.answer(step, path, key, value, ctx["phase"], flaky=flaky, pattern=pattern)
         finally:
             book.end()
 
@@ -402,10 +408,8 @@ def async_item(book: Book, yields: int, *, flaky: bool, pattern: bool) -> Any:
         try:
             for _ in range(yields):
                 await asyncio.sleep(0)
-            if book.fails(step, path, key, flaky=flaky):
-                msg = f"{path}[{key}] attempt {step.attempt} failed"
-                raise AttemptError(msg)
-            return book.result(f"{path}[{key}]={item}", ctx["phase"], pattern=pattern)
+            value = f"{path}[{key}]={item}"
+            return book.answer(step, path, key, value, ctx["phase"], flaky=flaky, pattern=pattern)
         finally:
             book.end()
 
@@ -418,10 +422,8 @@ def plain_item(book: Book, *, inline: bool, flaky: bool, pattern: bool) -> Any:
         try:
             if not inline:
                 time.sleep(0.0005)
-            if book.fails(step, path, key, flaky=flaky):
-                msg = f"{path}[{key}] attempt {step.attempt} failed"
-                raise AttemptError(msg)
-            return book.result(f"{path}[{key}]={item}", ctx["phase"], pattern=pattern)
+            value = f"{path}[{key}]={item}"
+            return book.answer(step, path, key, value, ctx["phase"], flaky=flaky, pattern=pattern)
         finally:
             book.end()
 
@@ -1032,17 +1034,7 @@ async def resume(chain: Chain, ending: Ending, saves: Saves) -> WorkflowResult |
     if ending.result is not None and not ending.result.pending:
         return ending.result
     pending = {} if ending.result is None else ending.result.pending
-    legs = await run_to_the_end(
-        chain,
-        chain.workflow,
-        lambda: stores.saver(Saves()),
-        stores.load,
-        Options(
-            phase=1,
-            resume_from=start,
-            answers={path: f"answer to {path}" for path in pending} or None,
-        ),
-    )
+    legs = await resume_legs(chain, start, pending)
     return check_legs(chain, legs)
 
 
@@ -1063,6 +1055,24 @@ def check_legs(chain: Chain, legs: list[Leg]) -> WorkflowResult | None:
         if invalidated:
             problems.append(f"{where} invalidated {dict(invalidated)}")
     return legs[-1].ending.result
+
+
+async def resume_legs(
+    chain: Chain, start: WorkflowCheckpoint | None, pending: Iterable[str]
+) -> list[Leg]:
+    """Resume from ``start`` against the chain's store, answering ``pending``, until done."""
+    stores = chain.stores
+    return await run_to_the_end(
+        chain,
+        chain.workflow,
+        lambda: stores.saver(Saves()),
+        stores.load,
+        Options(
+            phase=1,
+            resume_from=start,
+            answers={path: f"answer to {path}" for path in pending} or None,
+        ),
+    )
 
 
 def compare(

@@ -68,6 +68,7 @@ from matrix_harness import (
     check_legs,
     compare,
     draw_case,
+    resume_legs,
     round_trip,
     run_to_the_end,
     usage_of,
@@ -484,17 +485,7 @@ async def resume_process_case(
     pending = end.get("pending", []) if end is not None else []
     chain = Chain(case, book, build(case, book), stores, executor, Report(case.seed, "", "", ""))
     chain.report.problems = problems
-    legs = await run_to_the_end(
-        chain,
-        chain.workflow,
-        lambda: stores.saver(Saves()),
-        stores.load,
-        Options(
-            phase=1,
-            resume_from=start,
-            answers={path: f"answer to {path}" for path in pending} or None,
-        ),
-    )
+    legs = await resume_legs(chain, start, pending)
     final = check_legs(chain, legs)
     if final is None or final.pending:
         problems.append("the chain never finished")
