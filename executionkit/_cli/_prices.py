@@ -58,8 +58,10 @@ def dollars_lines(bill: Mapping[str, Any]) -> list[str]:
     """``$0.0142 ($0.0138 spent, $0.0004 wasted)``, then per step, then what is not priced."""
     from decimal import Decimal  # noqa: PLC0415 - only with --prices
 
+    from executionkit._prices import dollars_text  # noqa: PLC0415 - loaded with --prices
+
     def text(amount: str) -> str:
-        return f"${Decimal(amount).quantize(Decimal('0.0001')):,}"
+        return dollars_text(Decimal(amount))
 
     lines = [f"{text(bill['total'])} ({text(bill['spent'])} spent, {text(bill['wasted'])} wasted)"]
     lines.extend(f"  {show(path)}: {text(amount)}" for path, amount in bill["steps"].items())
