@@ -55,17 +55,40 @@ _SERVER_ERROR = 500
 class ChatAPIError(Exception):
     """A chat completion request failed, or its response was not usable.
 
+    executionkit recognises a ``status`` of 429 as the provider's rate limit:
+    the attempt is booked as ``"rate_limited"``, the step's limit key (if it
+    has one) pauses for ``retry_after`` seconds, and the step is tried again
+    without spending one of its retries.
+
     Attributes:
         status: The HTTP status code, or ``None`` when no response arrived
             (a timeout or a connection failure).
         endpoint: The URL that was called.
+        retry_after: The seconds the server's ``Retry-After`` header asked to
+            wait, or ``None``.
     """
 
-    def __init__(self, message: str, *, status: int | None, endpoint: str) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None,
+        endpoint: str,
+        retry_after: float | None = None,
+    ) -> None:
         """Create the error; ``message`` already names the status and endpoint."""
         super().__init__(message)
         self.status = status
         self.endpoint = endpoint
+        self.retry_after = retry_after
+
+
+def _seconds(value: str | None) -> float | None:
+    """A ``Retry-After`` header in seconds, or None (absent, or an HTTP date)."""
+    try:
+        return max(float(value), 0.0) if value is not None else None
+    except ValueError:
+        return None
 
 
 class RetryableChatAPIError(ChatAPIError):
@@ -259,7 +282,8 @@ class ChatClient:
                 else ChatAPIError
             )
             msg = f"POST {endpoint} failed with HTTP {status} {error.reason}: {detail}"
-            raise kind(msg, status=status, endpoint=endpoint) from None
+            after = _seconds(error.headers.get("Retry-After"))
+            raise kind(msg, status=status, endpoint=endpoint, retry_after=after) from None
         except TimeoutError:
             raise self._timed_out() from None
         except urllib.error.URLError as error:

@@ -26,6 +26,7 @@ from executionkit._errors import (
     StaleCheckpointError,
     WorkflowDefinitionError,
 )
+from executionkit._limits import Limit, RateLimited
 from executionkit._owner import RunOwner
 from executionkit._record._result import BudgetExceeded, WorkflowFailed, WorkflowResult
 from executionkit._run._plan import ResumePlan
@@ -48,10 +49,12 @@ __all__ = [
     "ContextKeyError",
     "ExecutionKitError",
     "LedgerEntry",
+    "Limit",
     "PatternResult",
     "Price",
     "PricedSpending",
     "Prices",
+    "RateLimited",
     "ResumePlan",
     "RunArgumentError",
     "RunClaimedError",

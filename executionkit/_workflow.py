@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from executionkit._checkpoint._value import WorkflowCheckpoint
     from executionkit._define._step import Step
+    from executionkit._limits import Limit
     from executionkit._prices import Budget, Prices
     from executionkit._record._result import WorkflowResult
     from executionkit._run._runner import Run
@@ -111,6 +112,7 @@ class Workflow:
         checkpoint_every: CheckpointEvery = "batch",
         stop_grace: float = 5.0,
         prices: Prices | None = None,
+        limits: Sequence[Limit] | None = None,
     ) -> WorkflowResult:
         """Run every step not yet recorded, checkpointing after each batch.
 
@@ -215,6 +217,10 @@ class Workflow:
             prices: A `Prices` table that turns the ledger's tokens into
                 dollars, for a dollar ``budget`` (`Budget`); sub-workflows use
                 it too.
+            limits: The named `Limit` objects steps draw on (``Step(...,
+                limit=key)``), one per key; sub-workflows' steps draw on them
+                too. Every run of the process shares each key's window: two
+                runs calling one provider stay under its limits together.
 
         Returns:
             The outputs of every step and the total token usage. When questions
@@ -226,7 +232,8 @@ class Workflow:
             RunArgumentError: Before any step runs, if ``initial_context`` keys
                 collide with step names, lack one of the workflow's declared
                 ``inputs``, an answer names a step that is not waiting for one,
-                or an argument has the wrong type.
+                a step draws on a limit key ``limits`` lacks, or an argument
+                has the wrong type.
             CheckpointMismatchError: Before any step runs, if ``resume_from``
                 records steps this workflow lacks (unless discarded), needs
                 ``initial_context`` keys that are missing, has a different

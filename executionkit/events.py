@@ -16,9 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from executionkit._types import TokenUsage
+
+if TYPE_CHECKING:
+    from decimal import Decimal  # noqa: TC004 - an annotation only; keeps import cheap
 
 __all__ = [
     "CheckpointTaken",
@@ -41,6 +44,7 @@ __all__ = [
     "StepRetried",
     "StepSkipped",
     "StepStarted",
+    "WaitingForLimit",
 ]
 
 
@@ -176,6 +180,9 @@ class ItemFinished(Event):
         duration: Seconds from the item's first attempt to its end.
         cost: What the item's successful attempt spent.
         recorded: How many items of the map are recorded now, restored ones included.
+        dollars: With ``run(prices=...)``, the run's bill so far in dollars
+            (as `CheckpointTaken.dollars`), this attempt's usage included; None
+            without prices.
     """
 
     step: str
@@ -183,6 +190,7 @@ class ItemFinished(Event):
     duration: float
     cost: TokenUsage
     recorded: int
+    dollars: Decimal | None = None
 
 
 @dataclass(frozen=True)
@@ -195,6 +203,9 @@ class ItemFailed(Event):
         duration: Seconds from the item's first attempt to its end.
         error: What it raised.
         usage: What its last attempt spent (wasted: no output was recorded).
+        dollars: With ``run(prices=...)``, the run's bill so far in dollars
+            (as `CheckpointTaken.dollars`), this attempt's usage included; None
+            without prices.
     """
 
     step: str
@@ -202,6 +213,7 @@ class ItemFailed(Event):
     duration: float
     error: BaseException
     usage: TokenUsage = field(default_factory=TokenUsage)
+    dollars: Decimal | None = None
 
 
 @dataclass(frozen=True)
@@ -241,6 +253,9 @@ class StepRetried(Event):
         delay: Seconds until the next attempt.
         item: In a map step, the key of the item being retried; None otherwise.
         usage: What the failed attempt spent (wasted, and counted in the run's cost).
+        dollars: With ``run(prices=...)``, the run's bill so far in dollars
+            (as `CheckpointTaken.dollars`), this attempt's usage included; None
+            without prices.
     """
 
     step: str
@@ -249,6 +264,30 @@ class StepRetried(Event):
     delay: float
     item: str | None = None
     usage: TokenUsage = field(default_factory=TokenUsage)
+    dollars: Decimal | None = None
+
+
+@dataclass(frozen=True)
+class WaitingForLimit(Event):
+    """A step (or a map's next items) waits for room in its limit (`executionkit.Limit`).
+
+    Waiting is not an attempt: nothing runs, nothing is paid, and no slot of
+    ``max_concurrency`` is held meanwhile. Said once per wait; the next
+    `StepStarted`, `ItemStarted` or `StepRetried` ends it.
+
+    Attributes:
+        step: The step's name (a map step's for its items).
+        key: The limit's key.
+        seconds: How long until the limit's window may have room (the end of a
+            pause after a 429, or of the oldest attempt in the window);
+            ``math.inf`` when it waits for an attempt of the key to end.
+        item: The item's key for a retry of one map item; None otherwise.
+    """
+
+    step: str
+    key: str
+    seconds: float
+    item: str | None = None
 
 
 @dataclass(frozen=True)
@@ -261,11 +300,15 @@ class StepFinished(Event):
         cost: What its successful attempt spent: usage reported with
             `StepContext.add_usage` plus its result's ``PatternResult.cost``
             (failed attempts' usage came with `StepRetried`).
+        dollars: With ``run(prices=...)``, the run's bill so far in dollars
+            (as `CheckpointTaken.dollars`), this attempt's usage included; None
+            without prices.
     """
 
     step: str
     duration: float
     cost: TokenUsage
+    dollars: Decimal | None = None
 
 
 @dataclass(frozen=True)
@@ -277,12 +320,16 @@ class StepFailed(Event):
         duration: Seconds from its start to the failure.
         error: What it raised.
         usage: What its last attempt spent (wasted: no output was recorded).
+        dollars: With ``run(prices=...)``, the run's bill so far in dollars
+            (as `CheckpointTaken.dollars`), this attempt's usage included; None
+            without prices.
     """
 
     step: str
     duration: float
     error: BaseException
     usage: TokenUsage = field(default_factory=TokenUsage)
+    dollars: Decimal | None = None
 
 
 @dataclass(frozen=True)
@@ -293,11 +340,15 @@ class CheckpointTaken(Event):
         seq: The checkpoint's ``seq``.
         step_index: Number of steps it records.
         new_outputs: Steps it records that the previous checkpoint did not.
+        dollars: With ``run(prices=...)``, the run's bill so far in dollars (its
+            ledger priced, restored usage included; usage of models the prices
+            do not list is not in it); None without prices.
     """
 
     seq: int
     step_index: int
     new_outputs: tuple[str, ...]
+    dollars: Decimal | None = None
 
 
 @dataclass(frozen=True)
@@ -308,11 +359,14 @@ class RunFinished(Event):
         duration: Seconds the call of ``run`` took.
         cost: Total token usage, restored usage included.
         executed: Number of steps that ran in this call.
+        dollars: With ``run(prices=...)``, the run's bill in dollars (as
+            `CheckpointTaken.dollars`); None without prices.
     """
 
     duration: float
     cost: TokenUsage
     executed: int
+    dollars: Decimal | None = None
 
 
 @dataclass(frozen=True)
@@ -323,11 +377,14 @@ class RunSuspended(Event):
         duration: Seconds the call of ``run`` took.
         cost: Total token usage, restored usage included.
         pending: The ask steps waiting for an answer, in declaration order.
+        dollars: With ``run(prices=...)``, the run's bill in dollars (as
+            `CheckpointTaken.dollars`); None without prices.
     """
 
     duration: float
     cost: TokenUsage
     pending: tuple[str, ...]
+    dollars: Decimal | None = None
 
 
 @dataclass(frozen=True)
@@ -339,12 +396,15 @@ class RunFailed(Event):
         error: The exception ``run`` raises.
         invalidated: Steps whose recorded outputs were dropped on resume, with why.
         cost: Total token usage, restored usage and wasted attempts included.
+        dollars: With ``run(prices=...)``, the run's bill in dollars (as
+            `CheckpointTaken.dollars`); None without prices.
     """
 
     duration: float
     error: BaseException
     invalidated: Mapping[str, str]
     cost: TokenUsage = field(default_factory=TokenUsage)
+    dollars: Decimal | None = None
 
 
 EventCallback: TypeAlias = Callable[[Event], object]

@@ -7,7 +7,9 @@ marked ``inline=True`` (which blocks the event loop while it runs). Each
 event is one line on stdout, written with one ``os.write`` so lines stay whole:
 ``run-start <recorded item keys, comma-separated>`` (what the file held when the
 run began; ``*`` when the map's output itself was recorded), ``item-start <key>``,
-``checkpoint <seq>`` (once stored) and finally ``done <outputs and cost as JSON>``.
+``resume-unknown <n>`` (resuming: the attempts the checkpoint lists in flight plus
+the map items it counts, which the resume books as unknown), ``checkpoint <seq>``
+(once stored) and finally ``done <outputs and cost as JSON>``.
 If CHECKPOINT exists the run resumes from it.
 """
 
@@ -66,6 +68,10 @@ def main(path: str, mode: str) -> None:
     else:
         recorded = ",".join(resume.items.get("squares", {"outputs": {}})["outputs"])
     say(f"run-start {recorded}")
+    if resume is not None:
+        # What a resume books as unknown: the attempts in flight and the map items counted.
+        unknown = len(resume.in_flight) + sum(resume.in_flight_items.values())
+        say(f"resume-unknown {unknown}")
 
     def save(checkpoint: WorkflowCheckpoint) -> None:
         store(checkpoint)

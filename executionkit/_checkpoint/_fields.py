@@ -19,14 +19,18 @@ from executionkit._types import TokenUsage
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 """The checkpoint format version this library writes (and the newest it reads).
 
 Version 1 (written by executionkit 0.1.0) lacks ``progress`` and ``step_info``;
 version 2 adds both; version 3 adds ``skipped``, ``items``, ``pending`` and
 ``children`` (conditions, maps, questions and sub-workflows) and a ``kind`` in
 ``step_info`` for steps that are not plain steps; version 4 adds ``ledger`` and
-``in_flight`` (the cost of every attempt), ``trace`` and ``lineage``.
+``in_flight`` (the cost of every attempt), ``trace`` and ``lineage``; version 5
+adds ``attempts`` (when each attempt ran), ``waits`` (durable timers),
+``in_flight_items`` (how many items of each running map may be spending),
+``code`` and ``answered_by`` in ``step_info`` entries and the ledger outcome
+``"rate_limited"`` (decision 0016).
 """
 
 LEGACY_VERSION = 0
@@ -55,6 +59,7 @@ KEYS_BY_VERSION = {
     4: _V2_KEYS
     | {"skipped", "items", "pending", "children", "ledger", "in_flight", "trace", "lineage"},
 }
+KEYS_BY_VERSION[5] = KEYS_BY_VERSION[4] | {"attempts", "waits", "in_flight_items"}
 STEP_INFO_KEYS = frozenset({"version", "depends_on"})
 STEP_KINDS = ("step", "map", "ask", "workflow")
 """What a step is, as ``step_info`` records it (format 3; absent means ``"step"``)."""
@@ -286,11 +291,13 @@ def read_step_info(
             and "depends_on" in entry
         ):
             kind = "step"
+            more: tuple[tuple[str, str], ...] = ()
             step_version = entry["version"]
             deps = entry["depends_on"]
         else:
             fields = read_dict(entry, f"step_info.{name}")
             kind = fields.pop("kind", "step")
+            more = _read_later_info(fields, name, kind, version)
             check_keys(fields, STEP_INFO_KEYS, where=f"step_info.{name}.")
             if kind != "step" and (version < 3 or kind not in STEP_KINDS):  # noqa: PLR2004
                 expected = "absent (format 2 has no kinds)" if version < 3 else _KINDS_TEXT  # noqa: PLR2004
@@ -303,8 +310,42 @@ def read_step_info(
             _STR_ONLY.issuperset(map(type, deps)) and all(deps)
         ):
             fail(f"step_info.{name}.depends_on", "a list of step names", deps)
-        info[name] = StepInfo(step_version, tuple(deps), None if kind == "step" else kind)
+        entry_info = StepInfo(step_version, tuple(deps), None if kind == "step" else kind)
+        info[name] = entry_info.with_more(more) if more else entry_info
     return MappingProxyType(info)
+
+
+_HEX = frozenset("0123456789abcdef")
+ANSWERED_BY = ("deadline",)
+"""What ``step_info.<step>.answered_by`` may say (format 5): who answered an ask step."""
+
+
+def _read_later_info(
+    fields: dict[str, Any], name: str, kind: str, version: int
+) -> tuple[tuple[str, str], ...]:
+    """Take format 5's optional keys of a ``step_info`` entry out of ``fields``; check them."""
+    more: list[tuple[str, str]] = []
+    code = fields.pop("code", None)
+    if code is not None:
+        path = f"step_info.{name}.code"
+        needs_version(path, code, version, 5)
+        if type(code) is not str or not 8 <= len(code) <= 64 or not _HEX.issuperset(code):  # noqa: PLR2004
+            fail(path, "a fingerprint (8 to 64 lowercase hex digits)", code)
+        more.append(("code", code))
+    answered_by = fields.pop("answered_by", None)
+    if answered_by is not None:
+        path = f"step_info.{name}.answered_by"
+        needs_version(path, answered_by, version, 5)
+        if answered_by not in ANSWERED_BY or type(answered_by) is not str:
+            fail(path, " or ".join(map(repr, ANSWERED_BY)), answered_by)
+        if kind != "ask":
+            msg = (
+                f"checkpoint field {path!r} says who answered step {name!r}, which is "
+                f"a {kind!r} step: only an ask step is answered"
+            )
+            raise CheckpointFormatError(msg, path=path)
+        more.append(("answered_by", answered_by))
+    return tuple(more)
 
 
 def read_context_keys(value: object) -> tuple[str, ...]:
@@ -330,15 +371,22 @@ def usage_dict(usage: TokenUsage) -> dict[str, int]:
 def info_dict(info: Mapping[str, Any]) -> dict[str, Any]:
     """A ``step_info`` entry as the dict the format writes (``kind`` only when not a step)."""
     entry = {"version": info["version"], "depends_on": list(info["depends_on"])}
-    if "kind" in info:
-        entry["kind"] = info["kind"]
+    if len(info) > 2:  # noqa: PLR2004 - version and depends_on
+        for key in ("kind", "code", "answered_by"):
+            if key in info:
+                entry[key] = info[key]
     return entry
 
 
 def needs_version_4(path: str, value: object, version: int) -> None:
     """Raise for a format 4 field given (non-empty) in a checkpoint of an older version."""
-    if value and version < 4:  # noqa: PLR2004 - the version that introduced it
-        msg = f"checkpoint field {path!r} needs format version 4, got version {version}"
+    needs_version(path, value, version, 4)
+
+
+def needs_version(path: str, value: object, version: int, introduced: int) -> None:
+    """Raise for a field (or value) given in a checkpoint older than the version introducing it."""
+    if value and version < introduced:
+        msg = f"checkpoint field {path!r} needs format version {introduced}, got version {version}"
         raise CheckpointFormatError(msg, path=path)
 
 

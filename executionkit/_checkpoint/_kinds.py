@@ -151,6 +151,13 @@ def _read_moment(value: object, path: str, *, optional: bool) -> str | None:
     return value
 
 
+def read_moment(value: object, path: str) -> str:
+    """``value`` if it is a UTC ISO-8601 timestamp str; else raise naming ``path``."""
+    if not isinstance(value, str) or not _is_utc(value):
+        fail(path, "a UTC ISO-8601 timestamp str", value)
+    return value
+
+
 def _is_utc(text: str) -> bool:
     try:
         moment = datetime.fromisoformat(text)

@@ -13,20 +13,23 @@ How a run keeps its ledger while it runs is `executionkit._record._ledger`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from executionkit._checkpoint._fields import (
     fail,
+    needs_version,
     needs_version_4,
     optional_str,
     read_count,
 )
+from executionkit._errors import CheckpointFormatError
 from executionkit._types import TokenUsage
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable
 
     from executionkit._prices import PricedSpending, Prices
 
@@ -37,21 +40,32 @@ __all__ = [
     "LedgerEntry",
     "Spending",
     "read_in_flight",
+    "read_in_flight_items",
     "read_ledger",
     "read_new_ledger",
 ]
 
-OUTCOMES = ("ok", "failed", "timeout", "cancelled", "unknown", "late", "override")
+OUTCOMES = (
+    "ok",
+    "failed",
+    "timeout",
+    "cancelled",
+    "unknown",
+    "late",
+    "override",
+    "rate_limited",
+)
 """How the attempt of a ledger row ended.
 
 ``ok``: its output was recorded. ``failed``, ``timeout``, ``cancelled``: it
 raised, ran out of time or was cancelled. ``unknown``: it was running when the
 process stopped (its usage was not reported back). ``late``: usage reported
 after its attempt had ended (by a thread the step left running). ``override``:
-an output set by hand in a fork (no usage).
+an output set by hand in a fork (no usage). ``rate_limited``: the provider
+answered 429 (format 5); the step was tried again without spending a retry.
 """
 
-WASTED = frozenset({"failed", "timeout", "cancelled", "unknown", "late"})
+WASTED = frozenset({"failed", "timeout", "cancelled", "unknown", "late", "rate_limited"})
 """The outcomes whose usage bought no recorded output."""
 
 ZERO = TokenUsage()
@@ -196,7 +210,10 @@ _ROW_LENGTH = 8
 _OUTCOMES_TEXT = ", ".join(map(repr, OUTCOMES))
 
 
-def _row(value: object, path: str) -> LedgerEntry:
+_SINCE_5 = frozenset({"rate_limited"})
+
+
+def _row(value: object, path: str, version: int) -> LedgerEntry:
     if isinstance(value, LedgerEntry):
         fields: Any = value.to_list()
     elif isinstance(value, (list, tuple)) and len(value) == _ROW_LENGTH:
@@ -212,6 +229,12 @@ def _row(value: object, path: str) -> LedgerEntry:
         fail(f"{path}[2]", "an attempt number (an int of at least 1)", attempt)
     if outcome not in OUTCOMES or type(outcome) is not str:
         fail(f"{path}[3]", f"one of {_OUTCOMES_TEXT}", outcome)
+    if outcome in _SINCE_5 and version < 5:  # noqa: PLR2004 - the version that introduced it
+        msg = (
+            f"checkpoint field '{path}[3]' is {outcome!r}, an outcome of format version 5, "
+            f"in a checkpoint of version {version}"
+        )
+        raise CheckpointFormatError(msg, path=f"{path}[3]")
     optional_str(model, f"{path}[4]")
     usage = TokenUsage(
         read_count(tokens_in, f"{path}[5]"),
@@ -228,7 +251,7 @@ def read_ledger(value: object, version: int) -> tuple[LedgerEntry, ...]:
     if not isinstance(value, (list, tuple)):
         fail("ledger", "a list of ledger rows", value)
     needs_version_4("ledger", value, version)
-    return tuple(_row(row, f"ledger[{index}]") for index, row in enumerate(value))
+    return tuple(_row(row, f"ledger[{index}]", version) for index, row in enumerate(value))
 
 
 def read_new_ledger(value: object, ledger: tuple[LedgerEntry, ...]) -> tuple[LedgerEntry, ...]:
@@ -258,3 +281,24 @@ def read_in_flight(value: object, version: int) -> tuple[tuple[str, str | None, 
             fail(f"{path}[2]", "an attempt number (an int of at least 1)", attempt)
         attempts.append((step, item, attempt))
     return tuple(attempts)
+
+
+def read_in_flight_items(value: object, version: int) -> Mapping[str, int]:
+    """``in_flight_items``: map step name to the number of its items that may be spending.
+
+    Format 5. A map's items are counted before they start (a checkpoint
+    holding the count is handed over first), so a resume books exactly that
+    many attempts of unknown usage. A count of 0 is never written.
+    """
+    if not isinstance(value, Mapping):
+        fail("in_flight_items", "a dict of map step name to a count of items", value)
+    needs_version("in_flight_items", value, version, 5)
+    counts: dict[str, int] = {}
+    for name, count in value.items():
+        if type(name) is not str or not name:
+            fail("in_flight_items", "a dict with non-empty step names as keys", name)
+        path = f"in_flight_items.{name}"
+        if type(count) is not int or count < 1:
+            fail(path, "a count of items (an int of at least 1)", count)
+        counts[name] = read_count(count, path)
+    return MappingProxyType(counts)

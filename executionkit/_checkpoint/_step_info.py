@@ -14,22 +14,35 @@ from typing import Any
 
 _PLAIN_KEYS = ("version", "depends_on")
 _KIND_KEYS = ("version", "depends_on", "kind")
+LATER_INFO_KEYS = ("code", "answered_by")
+"""The optional keys format 5 adds to an entry, in the order an entry lists them."""
+_NONE: tuple[tuple[str, str], ...] = ()
 
 
 class StepInfo(Mapping[str, Any]):
-    """A read-only mapping ``{"version", "depends_on"[, "kind"]}`` (kind absent for a plain step).
+    """A read-only mapping ``{"version", "depends_on"[, "kind"][, "code"][, "answered_by"]}``.
 
-    Equal to any mapping with the same items (a dict, a proxy), so code written
-    against the dict the format describes keeps working.
+    ``kind`` is absent for a plain step; ``code`` (the fingerprint of the code
+    that made the output) and ``answered_by`` (``"deadline"`` for an answer
+    taken from an ask step's default) are format 5's, absent when unknown or
+    unused. Equal to any mapping with the same items (a dict, a proxy), so code
+    written against the dict the format describes keeps working.
     """
 
-    __slots__ = ("_depends_on", "_kind", "_version")
+    __slots__ = ("_depends_on", "_kind", "_more", "_version")
 
-    def __init__(self, version: str | None, depends_on: tuple[str, ...], kind: str | None) -> None:
-        """Describe a step; ``kind`` is None for a plain step."""
+    def __init__(
+        self,
+        version: str | None,
+        depends_on: tuple[str, ...],
+        kind: str | None,
+        more: tuple[tuple[str, str], ...] = _NONE,
+    ) -> None:
+        """Describe a step; ``kind`` is None for a plain step; ``more``: format 5's keys."""
         self._version = version
         self._depends_on = depends_on
         self._kind = kind
+        self._more = more
 
     def __getitem__(self, key: str) -> Any:
         """Return the entry's field ``key``."""
@@ -39,6 +52,9 @@ class StepInfo(Mapping[str, Any]):
             return self._depends_on
         if key == "kind" and self._kind is not None:
             return self._kind
+        for name, value in self._more:
+            if name == key:
+                return value
         raise KeyError(key)
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -50,23 +66,33 @@ class StepInfo(Mapping[str, Any]):
 
     def __contains__(self, key: object) -> bool:
         """Return whether the entry has field ``key``."""
-        return key in _PLAIN_KEYS or (key == "kind" and self._kind is not None)
+        if key in _PLAIN_KEYS or (key == "kind" and self._kind is not None):
+            return True
+        return any(name == key for name, _ in self._more)
 
     def __iter__(self) -> Iterator[str]:
-        """Yield the field names: version, depends_on, and kind if it has one."""
-        return iter(_PLAIN_KEYS if self._kind is None else _KIND_KEYS)
+        """Yield the field names: version, depends_on, then kind, code, answered_by if set."""
+        keys = _PLAIN_KEYS if self._kind is None else _KIND_KEYS
+        if not self._more:
+            return iter(keys)
+        return iter((*keys, *(name for name, _ in self._more)))
 
     def __len__(self) -> int:
         """Return the number of fields."""
-        return 2 if self._kind is None else 3
+        return (2 if self._kind is None else 3) + len(self._more)
+
+    def with_more(self, more: tuple[tuple[str, str], ...]) -> StepInfo:
+        """This entry with format 5's keys ``more`` (``(("code", "ab12..."),)``) instead."""
+        return StepInfo(self._version, self._depends_on, self._kind, more)
 
     def __eq__(self, other: object) -> bool:
         """Return whether ``other`` is a mapping with the same items."""
         if type(other) is StepInfo:
-            return (self._version, self._depends_on, self._kind) == (
+            return (self._version, self._depends_on, self._kind, self._more) == (
                 other._version,
                 other._depends_on,
                 other._kind,
+                other._more,
             )
         if isinstance(other, Mapping):
             return dict(self.items()) == dict(other.items())
@@ -79,5 +105,5 @@ class StepInfo(Mapping[str, Any]):
         return repr(dict(self.items()))
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Pickle as the three fields."""
-        return (StepInfo, (self._version, self._depends_on, self._kind))
+        """Pickle as the fields."""
+        return (StepInfo, (self._version, self._depends_on, self._kind, self._more))

@@ -40,10 +40,17 @@ from executionkit._checkpoint._kinds import read_kinds, read_new_items
 from executionkit._checkpoint._ledger import (
     LedgerEntry,
     read_in_flight,
+    read_in_flight_items,
     read_ledger,
     read_new_ledger,
 )
 from executionkit._checkpoint._lineage import lineage_dict, read_lineage, read_trace
+from executionkit._checkpoint._times import (
+    Attempt,
+    read_attempts,
+    read_new_attempts,
+    read_waits,
+)
 from executionkit._errors import CheckpointFormatError, preview
 from executionkit._types import TokenUsage
 
@@ -88,7 +95,7 @@ class WorkflowCheckpoint:
         outputs: Read-only mapping (a `types.MappingProxyType`) of step name
             to output, for every completed step.
         cost: Total token usage of the run so far, including restored usage.
-        version: Checkpoint format version, `FORMAT_VERSION` (4) unless given or
+        version: Checkpoint format version, `FORMAT_VERSION` (5) unless given or
             inferred; ``0`` marks an ExecutionKit 0.4 checkpoint.
         run_id: Identifier of the run, kept across resumes.
         seq: Increases by one with every checkpoint of a run, across resumes.
@@ -123,13 +130,24 @@ class WorkflowCheckpoint:
             they ended (format 4). ``cost`` includes all of it.
         in_flight: ``(step path, item key or None, attempt)`` of each attempt
             running when the checkpoint was taken; a resume from it records
-            each as ``"unknown"`` in the ledger (format 4).
+            each as ``"unknown"`` in the ledger (format 4). A map step's items
+            are counted in ``in_flight_items`` instead (format 5).
         trace: The run's trace context, a W3C ``traceparent`` string, kept
             across resumes so that every invocation joins one trace (format 4;
             written by `executionkit.otel.Tracing`), or None.
         lineage: For a fork (`Workflow.fork`), where it came from:
             ``parent_run_id``, ``parent_seq``, ``overridden``, ``rerun`` and
             ``note``; empty for a run that is not a fork (format 4).
+        attempts: ``(step path, item key or None, attempt, outcome, started,
+            ended)`` of every attempt that ended, in the order they ended,
+            whether it reported usage or not; ``started`` and ``ended`` in
+            integer milliseconds since the Unix epoch (format 5).
+        waits: For each `Step.wait` reached and not yet due:
+            ``{"due": str, "since": str}``, UTC ISO-8601 (format 5).
+        in_flight_items: Map step name to the number of its items running or
+            about to start when the checkpoint was taken, counted before they
+            start; a resume records that many attempts of the map as
+            ``"unknown"`` (format 5).
         new_outputs: Names of the outputs recorded since the previous checkpoint
             of this run, in recording order, so an append-only store can write
             only those. Not part of the dict format (``()`` after `from_dict`)
@@ -141,6 +159,8 @@ class WorkflowCheckpoint:
         new_ledger: The rows of ``ledger`` written since the previous
             checkpoint of this run, for incremental stores; not part of the
             dict format and not compared.
+        new_attempts: The entries of ``attempts`` written since the previous
+            checkpoint of this run, like ``new_ledger``.
 
     Raises:
         CheckpointFormatError: If a field is invalid, exactly as `from_dict`
@@ -168,9 +188,13 @@ class WorkflowCheckpoint:
     in_flight: tuple[tuple[str, str | None, int], ...] = ()
     trace: str | None = None
     lineage: Mapping[str, Any] = field(default_factory=_empty_proxy)
+    attempts: tuple[Attempt, ...] = ()
+    waits: Mapping[str, Mapping[str, str]] = field(default_factory=_empty_proxy)
+    in_flight_items: Mapping[str, int] = field(default_factory=_empty_proxy)
     new_outputs: tuple[str, ...] = field(default=(), compare=False)
     new_items: Mapping[str, tuple[str, ...]] = field(default_factory=_empty_proxy, compare=False)
     new_ledger: tuple[LedgerEntry, ...] = field(default=(), compare=False)
+    new_attempts: tuple[Attempt, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         """Validate every field (the one place checkpoints are checked) and freeze them."""
@@ -195,7 +219,15 @@ class WorkflowCheckpoint:
             for name in _LATER_FIELDS
         }
         new: object = self.new_outputs
-        later_v4 = bool(self.ledger or self.in_flight or self.trace or self.lineage)
+        later_v4 = bool(
+            self.ledger
+            or self.in_flight
+            or self.trace
+            or self.lineage
+            or self.attempts
+            or self.waits
+            or self.in_flight_items
+        )
         if step_index != len(outputs) and given is VERSION_NOT_GIVEN:
             # What ExecutionKit 0.4 code builds: only its three fields, and a step_index
             # that counts completed steps while outputs also hold the initial context.
@@ -243,15 +275,32 @@ class WorkflowCheckpoint:
         self._check_v4(version)
 
     def _check_v4(self, version: int) -> None:
-        """Validate and freeze the fields format 4 added."""
+        """Validate and freeze the fields formats 4 and 5 added."""
         given: Any = self
         ledger = guard("ledger", lambda: read_ledger(given.ledger, version))
         in_flight = guard("in_flight", lambda: read_in_flight(given.in_flight, version))
         trace = guard("trace", lambda: read_trace(given.trace, version))
         lineage = guard("lineage", lambda: read_lineage(given.lineage, version))
         guard("new_ledger", lambda: read_new_ledger(given.new_ledger, ledger))
+        counts = guard(
+            "in_flight_items", lambda: read_in_flight_items(given.in_flight_items, version)
+        )
+        attempts = guard("attempts", lambda: read_attempts(given.attempts, version))
+        guard("new_attempts", lambda: read_new_attempts(given.new_attempts, attempts))
+        waits = guard("waits", lambda: read_waits(given.waits, version, self.outputs))
+        for name in waits:
+            if name in self.skipped:
+                msg = (
+                    f"checkpoint field 'waits.{name}' names step {name!r}, which 'skipped' "
+                    f"records: a skipped step does not wait"
+                )
+                raise CheckpointFormatError(msg, path=f"waits.{name}")
         self._refuse_ended_in_flight(in_flight)
+        self._refuse_odd_counts(counts, in_flight)
         freeze = object.__setattr__
+        freeze(self, "in_flight_items", counts)
+        freeze(self, "attempts", attempts)
+        freeze(self, "waits", waits)
         freeze(self, "ledger", ledger)
         freeze(self, "in_flight", in_flight)
         freeze(self, "trace", trace)
@@ -277,6 +326,33 @@ class WorkflowCheckpoint:
                 msg = (
                     f"checkpoint field 'in_flight[{index}]' names {what}, which the "
                     f"checkpoint records: a recorded attempt has ended, it cannot be in flight"
+                )
+                raise CheckpointFormatError(msg, path=f"in_flight[{index}]")
+
+    def _refuse_odd_counts(
+        self, counts: Mapping[str, int], in_flight: tuple[tuple[str, str | None, int], ...]
+    ) -> None:
+        """Items in flight belong to a map that has not ended, listed only by its count."""
+        for name in counts:
+            path = f"in_flight_items.{name}"
+            if name in self.outputs or name in self.skipped:
+                msg = (
+                    f"checkpoint field {path!r} counts items of step {name!r}, which the "
+                    f"checkpoint records as ended: an ended map has no items in flight"
+                )
+                raise CheckpointFormatError(msg, path=path)
+            info = self.step_info.get(name)
+            if info is not None and info.get("kind", "step") != "map":
+                msg = (
+                    f"checkpoint field {path!r} counts items of step {name!r}, which "
+                    f"'step_info' describes as a {info.get('kind', 'step')!r} step, not a map"
+                )
+                raise CheckpointFormatError(msg, path=path)
+        for index, (step, key, _attempt) in enumerate(in_flight):
+            if key is None and step in counts:
+                msg = (
+                    f"checkpoint field 'in_flight[{index}]' lists map step {step!r}, "
+                    f"which 'in_flight_items' counts: a map's items are counted once"
                 )
                 raise CheckpointFormatError(msg, path=f"in_flight[{index}]")
 
@@ -323,6 +399,10 @@ class WorkflowCheckpoint:
             data["in_flight"] = [list(attempt) for attempt in self.in_flight]
             data["trace"] = self.trace
             data["lineage"] = lineage_dict(self.lineage)
+        if self.version >= 5:  # noqa: PLR2004 - the version that introduced these
+            data["attempts"] = [list(entry) for entry in self.attempts]
+            data["waits"] = {name: dict(entry) for name, entry in self.waits.items()}
+            data["in_flight_items"] = dict(self.in_flight_items)
         return data
 
     @property
@@ -396,6 +476,9 @@ def _read_checkpoint(cls: type[WorkflowCheckpoint], data: object) -> WorkflowChe
         in_flight=data.get("in_flight", ()),
         trace=data.get("trace"),
         lineage=data.get("lineage", {}),
+        attempts=data.get("attempts", ()),
+        waits=data.get("waits", {}),
+        in_flight_items=data.get("in_flight_items", {}),
     )
 
 
@@ -537,10 +620,12 @@ class SharedFields:
     A checkpoint taken by a run holds this object, its own ``step_index``,
     ``cost``, ``seq``, where its new outputs start in the log (``_since``), how
     many ledger rows it covers (``_rows``, new since ``_rows_since``) and the
-    clock (``_ns``); `_Deferred` computes every other field from those.
+    clock (``_ns``), how many attempts ended (``_ended``, new since
+    ``_ended_since``); `_Deferred` computes every other field from those.
     """
 
     __slots__ = (
+        "attempts",
         "context_keys",
         "ledger",
         "lineage",
@@ -572,6 +657,8 @@ class SharedFields:
         self.metadata = metadata
         # The run's ledger rows (append-only): a checkpoint covers the first `_rows`.
         self.ledger = ledger
+        # The run's attempts log (append-only): a checkpoint covers the first `_ended`.
+        self.attempts: list[Attempt] = []
         self.lineage = lineage
         # Set once, by the first listener that traces the run (see Run).
         self.trace: str | None = None
@@ -620,6 +707,17 @@ def _new_ledger(fields: dict[str, Any]) -> Any:
     return tuple(fields["_shared"].ledger[since : fields["_rows"]])
 
 
+def _attempts(fields: dict[str, Any]) -> Any:
+    return tuple(fields["_shared"].attempts[: fields.get("_ended", 0)])
+
+
+def _new_attempts(fields: dict[str, Any]) -> Any:
+    since = fields.get("_ended_since")
+    if since is None:
+        return ()
+    return tuple(fields["_shared"].attempts[since : fields["_ended"]])
+
+
 def _in_flight(fields: dict[str, Any]) -> Any:
     upcoming = fields.get("_next")
     if not upcoming:
@@ -658,6 +756,10 @@ def _install_deferred_fields() -> None:
         _Deferred("in_flight", _in_flight, ()),
         _Deferred("trace", _shared("trace"), None),
         _Deferred("lineage", _shared("lineage")),
+        _Deferred("attempts", _attempts, ()),
+        _Deferred("new_attempts", _new_attempts, ()),
+        _Deferred("waits", _empty),
+        _Deferred("in_flight_items", _empty),
     ):
         setattr(WorkflowCheckpoint, descriptor.name, descriptor)
 

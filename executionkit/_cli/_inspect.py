@@ -277,6 +277,7 @@ def describe(
         "outputs": {name: preview(outputs[name]) for name in names},
         "spending": _spending(checkpoint),
         "in_flight": [list(attempt) for attempt in checkpoint.in_flight],
+        "in_flight_items": dict(checkpoint.in_flight_items),
         "lineage": lineage_dict(checkpoint.lineage),
     }
 
@@ -346,8 +347,11 @@ def _ledger_fields(summary: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
         fields.append(("spending", _spending_lines(summary["spending"])))
     if "dollars" in summary:
         fields.append(("dollars", dollars_lines(summary["dollars"])))
-    if summary["in_flight"]:
-        fields.append(("in flight", [_attempt_text(*a) for a in summary["in_flight"]]))
+    counted = summary.get("in_flight_items") or {}
+    if summary["in_flight"] or counted:
+        lines = [_attempt_text(*a) for a in summary["in_flight"]]
+        lines += [f"{show(step)}: {_items(count)}" for step, count in counted.items()]
+        fields.append(("in flight", lines))
     return fields
 
 
@@ -373,6 +377,10 @@ def _tokens(usage: Mapping[str, int]) -> str:
     total = usage["input_tokens"] + usage["output_tokens"]
     calls = usage["llm_calls"]
     return f"{total:,} tokens ({calls:,} call{'s' if calls != 1 else ''})"
+
+
+def _items(count: int) -> str:
+    return f"{count} item" if count == 1 else f"{count:,} items"
 
 
 def _attempt_text(step: str, item: str | None, attempt: int) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import shlex
 import sys
 from typing import TYPE_CHECKING, Any, cast
@@ -384,6 +385,8 @@ _IN_CLI_TERMS = (
     ("initial_context keys collide with step names", "inputs collide with step names"),
     ("a context value cannot share a ctx key", "an input cannot share a ctx key"),
     ("rerun names steps", "--rerun names steps"),
+    ("but run(limits=...) has none", "but no --limit was given"),
+    ("but run(limits=...) has ", "but --limit gives only "),
     ("answers given for steps", "answers given (--answer, --answers-json) for steps"),
     ("the questions pending in resume_from", "the questions pending in the checkpoint"),
     (
@@ -400,6 +403,7 @@ def in_cli_terms(message: str, workflow: Workflow) -> str:
     """``message`` of a `RunArgumentError`, its advice given in flags, not in arguments."""
     for python, cli in _IN_CLI_TERMS:
         message = message.replace(python, cli)
+    message = _limit_advice(message)
     for step in workflow.steps:  # "...; fix decode, or pass rerun=['name']"
         advice = f"pass rerun=[{step.name!r}]"
         if message.endswith(advice):
@@ -409,6 +413,26 @@ def in_cli_terms(message: str, workflow: Workflow) -> str:
             flag = f"--rerun {shlex.quote(step.name)}"
             message = f"{message.removesuffix(asks)}; {flag} asks it again"
     return message
+
+
+_LIMIT_ADVICE = ": pass an executionkit.Limit with that key"
+# The key, as repr() writes a str, in "step 'x' draws on limit 'api' (limit='api'), ...".
+_DRAWN_KEY = re.compile(r"draws on limit ('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\") \(limit=\1\)")
+
+
+def _limit_advice(message: str) -> str:
+    """The advice of a step drawing on a limit key none was given for: the ``--limit`` to add."""
+    found = _DRAWN_KEY.search(message)
+    if found is None or not message.endswith(_LIMIT_ADVICE):
+        return message
+    import ast  # noqa: PLC0415 - only this error needs it
+
+    key = ast.literal_eval(found.group(1))
+    flag = f"--limit {shlex.quote(key)}:FIELD=N,..."
+    return (
+        f"{message.removesuffix(_LIMIT_ADVICE)}: pass {flag} for it (FIELD requests, tokens, "
+        f"concurrency or per)"
+    )
 
 
 def _owned(error: RunClaimedError, label: str | None) -> str:

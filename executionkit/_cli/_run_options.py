@@ -9,6 +9,7 @@ the page runs as the command line would have run it.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from dataclasses import dataclass, field
@@ -19,9 +20,13 @@ from executionkit._cli._exits import CliError
 if TYPE_CHECKING:
     import argparse
 
+    from executionkit._workflow import Workflow
+
 _BUDGET_FIELDS = ("input_tokens", "output_tokens", "llm_calls")
 _EXECUTORS = ("threads", "processes")
 _TRACES = ("console", "otlp")
+_LIMIT_FIELDS = ("requests", "tokens", "concurrency", "per")
+_LIMIT_FORM = "KEY:FIELD=N,... with FIELD requests, tokens, concurrency or per"
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -51,6 +56,18 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
             "stop starting steps once the run has spent N of FIELD (input_tokens, "
             "output_tokens, llm_calls, or dollars with --prices), restored usage included; "
             "repeat for more"
+        ),
+    )
+    group.add_argument(
+        "--limit",
+        metavar="KEY:FIELD=N,...",
+        action="append",
+        default=[],
+        help=(
+            "the named limit of the steps that draw on KEY (Step(..., limit=KEY)): at most "
+            "requests=N attempts and tokens=N tokens per window of per=SECONDS (default "
+            "60), and concurrency=N at once; give one or more of the three, such as "
+            "openai:requests=500,tokens=1000000; repeat for more keys"
         ),
     )
     group.add_argument(
@@ -149,6 +166,8 @@ class RunFlags:
             options["prices"] = load_prices(args.prices)
         if args.budget:
             options["budget"] = _budget(args.budget, priced="prices" in options)
+        if args.limit:
+            options["limits"] = _limits(args.limit)
         if args.stop_grace != 5.0:  # noqa: PLR2004 - run()'s default, passed only when changed
             options["stop_grace"] = args.stop_grace
         if args.executor == "processes":
@@ -160,6 +179,22 @@ class RunFlags:
             flags.listeners.append(tracing)
         flags.asked = bool(options or flags.listeners or flags.history)
         return flags
+
+    def check_limits(self, workflow: Workflow) -> None:
+        """`CliError` if a step of ``workflow`` draws on a limit key no ``--limit`` gives.
+
+        What a run refuses before any step, said before any run: ``serve`` checks at
+        start rather than refusing every answer given on its pages.
+        """
+        from executionkit._cli._run import in_cli_terms  # noqa: PLC0415 - _run imports this
+        from executionkit._define._options import _checked_limits  # noqa: PLC0415
+        from executionkit._errors import RunArgumentError  # noqa: PLC0415
+
+        graph = workflow._graph  # noqa: SLF001 - the keys its steps draw on, as run() reads them
+        try:
+            _checked_limits(graph, self.options.get("limits"))
+        except RunArgumentError as exc:
+            raise CliError(in_cli_terms(str(exc), workflow)) from None
 
     def close(self) -> None:
         """Export the spans still buffered; shut the process pool down, if one was made."""
@@ -213,6 +248,83 @@ def _dollars(text: str, value: str, *, priced: bool) -> Any:
         msg = f"--budget {text}: N must be a positive number of dollars, got {value!r}"
         raise CliError(msg)
     return amount
+
+
+def _limits(given: list[str]) -> list[Any]:
+    """``--limit KEY:FIELD=N,...``s: a `Limit` each, one per key."""
+    from executionkit._limits import Limit  # noqa: PLC0415 - only runs with limits load it
+
+    limits: dict[str, Limit] = {}
+    for text in given:
+        key, fields = _limit_fields(text)
+        if key in limits:
+            msg = (
+                f"--limit {key} is given twice ({limits[key].text()} and {text}): one "
+                f"--limit per key"
+            )
+            raise CliError(msg)
+        try:
+            limits[key] = Limit(key, **fields)
+        except (TypeError, ValueError) as exc:  # the Limit's own message names the field
+            msg = f"--limit {text}: {exc}"
+            raise CliError(msg) from None
+    return list(limits.values())
+
+
+def _limit_fields(text: str) -> tuple[str, dict[str, Any]]:
+    """The key and the fields of one ``--limit``: `CliError` naming the part that is wrong.
+
+    The key is everything before the last colon (no field holds one), so a key such as
+    ``azure:gpt-4o`` reads back as `Limit.text` writes it.
+    """
+    from executionkit._errors import did_you_mean  # noqa: PLC0415 - only errors need difflib
+
+    key, colon, rest = text.rpartition(":")
+    if not colon:
+        msg = f"--limit {text}: expected {_LIMIT_FORM}, such as api:requests=500,per=60"
+        raise CliError(msg)
+    if not key:
+        msg = f"--limit {text}: the KEY before the colon is empty"
+        raise CliError(msg)
+    if not rest:
+        msg = f"--limit {text} nothing follows the colon; expected {_LIMIT_FORM}"
+        raise CliError(msg)
+    fields: dict[str, Any] = {}
+    for part in rest.split(","):
+        name, equals, value = part.partition("=")
+        if not equals:
+            msg = f"--limit {text}: {part!r} is not FIELD=N; expected {_LIMIT_FORM}"
+            raise CliError(msg)
+        if name not in _LIMIT_FIELDS:
+            hint = did_you_mean(name, _LIMIT_FIELDS)
+            msg = (
+                f"--limit {text}: unknown field {name!r}{hint} (the fields are "
+                f"{', '.join(_LIMIT_FIELDS)})"
+            )
+            raise CliError(msg)
+        if name in fields:
+            msg = f"--limit {text}: {name} is given twice"
+            raise CliError(msg)
+        fields[name] = _limit_value(text, name, value)
+    return key, fields
+
+
+def _limit_value(text: str, name: str, value: str) -> int | float:
+    """A field's number as it was written; whether it is one `Limit` can use, it says."""
+    if name == "per":
+        seconds = None
+        if value.isascii() and value.strip() == value:
+            with contextlib.suppress(ValueError):
+                seconds = float(value)
+        if seconds is None:
+            msg = f"--limit {text}: per must be a number of seconds, got {value!r}"
+            raise CliError(msg)
+        return seconds
+    digits = value[1:] if value[:1] in {"+", "-"} else value
+    if not (digits.isascii() and digits.isdigit()):
+        msg = f"--limit {text}: {name} must be a whole number, got {value!r}"
+        raise CliError(msg)
+    return int(value)
 
 
 def _tracing(kind: str) -> tuple[Any, Any]:

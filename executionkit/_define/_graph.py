@@ -49,6 +49,7 @@ class Graph:
         "inline",
         "inputs",
         "levels",
+        "limited",
         "maps",
         "names",
         "nested",
@@ -106,8 +107,13 @@ class Graph:
         # Plain steps and maps' plain items that run on the loop's thread (inline=True).
         steps = self.steps
         self.on_loop = frozenset(p for p in (*plain, *plain_items) if steps[p].inline)
-        # Of those, the steps without retries: called where they start, without a task.
-        self.inline = frozenset(p for p in plain if steps[p].inline and steps[p].retries == 0)
+        # Steps (and maps) whose attempts draw on a limit (`Step.limit`).
+        self.limited = frozenset(p for p, step in enumerate(steps) if step.limit is not None)
+        # Of those, the steps without retries or a limit: called where they start, without
+        # a task.
+        self.inline = frozenset(
+            p for p in plain if steps[p].inline and steps[p].retries == 0 and p not in self.limited
+        )
         # Steps whose outputs are recorded through Step.encode.
         self.encoded = frozenset(encoded)
         # What checkpoints record about each step, built once and shared by all of them.
@@ -137,8 +143,10 @@ class Graph:
         """The ledger paths of the attempts the sub-workflow at ``position`` starts first.
 
         Its steps with no dependencies (``<step>/<child step>``; into a
-        sub-workflow among them, further down; a map by its own path), but its
-        questions, which spend nothing. A parent lists them in flight while the
+        sub-workflow among them, further down; a map of sub-workflows by its
+        own path), but its questions, which spend nothing, and its maps of
+        functions, whose items start only once a checkpoint of the child
+        counting them was handed over. A parent lists them in flight while the
         child has not handed over a checkpoint of its own, which then lists
         what it runs.
         """
@@ -148,6 +156,8 @@ class Graph:
         for root, dependencies in enumerate(child.dependencies):
             if dependencies or root in child.asks:
                 continue
+            if root in child.maps and root not in child.workflows:
+                continue  # its items are counted in the child's checkpoint first
             if root in child.workflows and root not in child.maps:
                 paths += child.first_attempts(root)
             else:

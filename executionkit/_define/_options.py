@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
@@ -11,7 +11,7 @@ from executionkit._checkpoint._value import LEGACY_VERSION, WorkflowCheckpoint
 from executionkit._define._graph import graph_of
 from executionkit._define._listeners import listeners_of
 from executionkit._define._questions import checked_answers
-from executionkit._errors import RunArgumentError, did_you_mean
+from executionkit._errors import RunArgumentError, did_you_mean, preview
 from executionkit._paths import join_path, split_path
 from executionkit._types import TokenUsage
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from decimal import Decimal  # noqa: TC004 - an annotation only; keeps import cheap
 
     from executionkit._define._graph import Graph
+    from executionkit._limits import Limit  # noqa: TC004 - an annotation only
     from executionkit._prices import Prices  # noqa: TC004 - an annotation only
 
 CheckpointFn: TypeAlias = Callable[[WorkflowCheckpoint], object]
@@ -72,6 +73,8 @@ class RunOptions:
     # A dollar budget (`Budget.dollars`), priced with `prices`.
     dollars: Decimal | None = None
     prices: Prices | None = None
+    # The named limits the steps draw on (`Step.limit`), by key.
+    limits: tuple[Limit, ...] = ()
     # rerun paths into sub-workflows: (step, item key or None) -> the rest of each path.
     rerun_within: Mapping[tuple[str, str | None], frozenset[str]] = field(
         default_factory=lambda: MappingProxyType({})
@@ -170,6 +173,7 @@ class RunOptions:
             checkpoint_every=checkpoint_every,  # type: ignore[arg-type]  # checked by _one_of
             stop_grace=_checked_grace(arguments["stop_grace"]),
             answers=answers,
+            limits=_checked_limits(graph, arguments.get("limits")),
         )
 
 
@@ -177,6 +181,52 @@ class RunOptions:
 _NO_ANSWERS: Mapping[str, Any] = MappingProxyType({})
 _NO_RERUN: frozenset[str] = frozenset()
 _NO_RERUN_WITHIN: Mapping[tuple[str, str | None], frozenset[str]] = MappingProxyType({})
+
+
+def _checked_limits(graph: Graph, limits: object) -> tuple[Limit, ...]:
+    """``limits``: `Limit` objects with distinct keys, one for every key a step draws on."""
+    given: tuple[Limit, ...] = ()
+    if limits is not None:
+        from executionkit._limits import Limit  # noqa: PLC0415 - only runs with limits load it
+
+        if isinstance(limits, (str, bytes, Limit)) or not isinstance(limits, Iterable):
+            msg = f"limits must be a list of executionkit.Limit or None, got {preview(limits)}"
+            raise RunArgumentError(msg)
+        given = tuple(limits)
+        keys: set[str] = set()
+        for position, limit in enumerate(given):
+            entry: object = limit
+            if not isinstance(entry, Limit):
+                msg = f"limits[{position}] must be an executionkit.Limit, got {preview(limit)}"
+                raise RunArgumentError(msg)
+            if limit.key in keys:
+                msg = f"limits[{position}]: two limits have the key {limit.key!r}; keys are unique"
+                raise RunArgumentError(msg)
+            keys.add(limit.key)
+    drawn = limit_keys(graph)
+    known = [limit.key for limit in given]
+    for key, where in drawn.items():
+        if key not in known:
+            have = f"has {names_text(known)}" if known else "has none"
+            msg = (
+                f"{where} draws on limit {key!r} (limit={key!r}), but run(limits=...) "
+                f"{have}{did_you_mean(key, known)}: pass an executionkit.Limit with that key"
+            )
+            raise RunArgumentError(msg)
+    return given
+
+
+def limit_keys(graph: Graph) -> dict[str, str]:
+    """Each limit key the steps of ``graph`` and its sub-workflows draw on, and a step using it."""
+    drawn: dict[str, str] = {}
+    for position in sorted(graph.limited):
+        step = graph.steps[position]
+        drawn.setdefault(step.limit, f"step {step.name!r}")  # type: ignore[arg-type]
+    for nested in graph.nested:
+        for position in sorted(nested.graph.limited):
+            step = nested.graph.steps[position]
+            drawn.setdefault(step.limit, f"step {step.name!r} of {nested.where}")  # type: ignore[arg-type]
+    return drawn
 
 
 def _checked_grace(value: object) -> float:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
 from executionkit._define._step_checks import (
     _check_condition,
     _check_inline,
+    _check_limit,
     _check_resume_settings,
     _check_retry_settings,
     _keywords_checked,
@@ -114,6 +115,14 @@ class Step:
             (no other step, event, checkpoint or signal handling), so never
             use it for a call that waits on the network. An explicit
             ``executor=`` of the run does not apply to inline steps.
+        limit: The key of the `Limit` (given to ``run(..., limits=[...])``)
+            this step's attempts draw on, such as ``"openai"``; each attempt
+            (each item of a map, each retry) starts only when the key has room.
+            Default: none.
+        tokens_estimate: Tokens one attempt is expected to spend, reserved in
+            its limit's token window when it starts and corrected to what it
+            reports when it ends (default: the mean of the key's attempts so
+            far). Only with ``limit``.
 
     Raises:
         WorkflowDefinitionError: If ``name`` is not a non-empty string, ``run``
@@ -148,6 +157,8 @@ class Step:
     when: Condition | None = None
     join: Join = "all"
     inline: bool = False
+    limit: str | None = None
+    tokens_estimate: int | None = None
 
     def __post_init__(self) -> None:
         """Validate and normalise the fields, naming the step in every error."""
@@ -201,6 +212,8 @@ class Step:
             _check_condition(self)
         if self.inline is not False:
             _check_inline(self)
+        if self.limit is not None or self.tokens_estimate is not None:
+            _check_limit(self)
 
     def __repr__(self) -> str:
         """Show the name, callable, dependencies, metadata and any non-default setting."""
@@ -349,6 +362,8 @@ _SETTING_DEFAULTS = (
     ("when", None),
     ("join", "all"),
     ("inline", False),
+    ("limit", None),
+    ("tokens_estimate", None),
 )
 
 

@@ -202,6 +202,29 @@ def _check_inline(step: Step) -> None:
         _check_retry_settings(step)
 
 
+def _check_limit(step: Step) -> None:
+    name = step.name
+    limit: object = step.limit
+    if limit is not None and (type(limit) is not str or not limit):
+        msg = f"step {name!r}: limit must be the key of a Limit (a non-empty str), got {limit!r}"
+        raise WorkflowDefinitionError(msg)
+    if limit is not None and is_workflow(step.run):
+        msg = (
+            f"step {name!r}: limit= applies to steps that call a provider; a sub-workflow's "
+            f"own steps say which limits they draw on"
+        )
+        raise WorkflowDefinitionError(msg)
+    estimate: object = step.tokens_estimate
+    if estimate is None:
+        return
+    if type(estimate) is not int or estimate < 0:
+        msg = f"step {name!r}: tokens_estimate must be an int >= 0 or None, got {estimate!r}"
+        raise WorkflowDefinitionError(msg)
+    if limit is None:
+        msg = f"step {name!r}: tokens_estimate is only used with limit=, which this step has not"
+        raise WorkflowDefinitionError(msg)
+
+
 def _check_resume_settings(step: Step) -> None:
     name = step.name
     version: object = step.version

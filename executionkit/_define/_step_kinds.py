@@ -30,6 +30,8 @@ MAP_OPTIONS = frozenset(
         "when",
         "join",
         "inline",
+        "limit",
+        "tokens_estimate",
     }
 )
 

@@ -3,7 +3,8 @@
 A resume from a checkpoint books each attempt it lists as ``"unknown"`` (its
 usage never came back), so the list must hold every attempt that could spend
 before the next checkpoint: the attempts running (the ledger's open ones,
-except a map's items: a running map is listed once, by its name), the steps
+except a map's items: they are counted, `InFlight.counts`, and a map of
+sub-workflows is listed once, by its name), the steps
 about to start (the loop's ready list, kept until they end), and the steps
 that outputs landed since the last merge make ready (a map item's or a
 step's progress checkpoint holds those outputs before the loop saw them), and
@@ -28,15 +29,28 @@ Attempt = tuple[str, "str | None", int]
 class InFlight:
     """The room of a run's record that knows what may be spending now."""
 
-    __slots__ = ("_pruned", "_record", "abandoned", "growing", "listed_at", "maps", "next_up")
+    __slots__ = (
+        "_pruned",
+        "_record",
+        "abandoned",
+        "counts",
+        "growing",
+        "listed_at",
+        "maps",
+        "next_up",
+    )
 
     def __init__(self, record: Record) -> None:
         self._record = record
         # Steps about to start, and those started since that have not ended (and, while
         # it grows, some that have: they are left out when read).
         self.next_up: list[int] = []
-        # Map steps running now: their items may be spending (see executionkit._run._map).
+        # Maps of sub-workflows running now: their items may be spending.
         self.maps: set[int] = set()
+        # Maps of functions: how many of their items run or are about to start, by
+        # position, raised before they start (see executionkit._run._map). A checkpoint
+        # lists the counts in `in_flight_items`, and never such a map in `in_flight`.
+        self.counts: dict[int, int] = {}
         # The record's change count when next_up was listed: nothing listed ended since
         # while it is unchanged (every ending is a change).
         self.listed_at = -1
@@ -129,9 +143,12 @@ class InFlight:
         opened = {(step, key) for step, key, _attempt in running}
         workflows = graph.workflows
         upcoming: list[Attempt] = []
+        maps = graph.maps
         for p in sorted({*self.next_up, *self.maps, *self._freed()}):
             if (names[p], None) in opened or p in graph.asks or self.ended(p):
                 continue
+            if p in maps and p not in workflows:
+                continue  # its items are counted before they start: none runs yet
             if p in workflows and p not in graph.maps:
                 # A sub-workflow lists its steps in its own checkpoints; until it has
                 # handed one over, its parent lists the attempts it starts first.
@@ -140,6 +157,11 @@ class InFlight:
                 continue
             upcoming.append((names[p], None, 1))  # a map of sub-workflows: by its name
         return running + tuple(upcoming)
+
+    def counted(self) -> dict[str, int]:
+        """``in_flight_items``: each map's count of items that may be spending, by name."""
+        names = self._record.graph.names
+        return {names[p]: count for p, count in self.counts.items() if count}
 
     def _freed(self) -> set[int]:
         """Steps that outputs landed since the last merge make ready."""

@@ -32,12 +32,20 @@ from executionkit._types import PatternResult, TokenUsage
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping
+    from decimal import Decimal
 
     from executionkit._define._graph import Graph
     from executionkit._define._options import RunOptions
 
 EMPTY: MappingProxyType[str, Any] = MappingProxyType({})
 _ZERO = ZERO  # the ledger returns this very object when nothing was spent
+
+
+def dollars_zero() -> Decimal:
+    """$0, as a `Decimal` (loaded with the prices: a run without them never loads it)."""
+    from decimal import Decimal  # noqa: PLC0415 - loaded already by the prices given
+
+    return Decimal(0)
 
 
 def reached(usage: TokenUsage, budget: TokenUsage | None) -> bool:
@@ -62,11 +70,12 @@ class Record:
         self.graph = graph
         self._encoded = graph.encoded
         self.budget = options.budget
-        # A dollar budget: the ledger's rows priced as they are written (`_priced` of them
-        # so far), and the first model found that the prices cannot price.
+        # With prices: the ledger's rows priced as they are written (`_priced` of them so
+        # far), for a dollar budget and the events; the first model found that the prices
+        # cannot price.
         self.dollars = options.dollars
         self.prices = options.prices
-        self.spent_dollars = None if options.dollars is None else options.dollars * 0
+        self.spent_dollars = None if options.prices is None else dollars_zero()
         self.unpriced: tuple[str | None] | None = None
         self._priced = 0
         self._validate_json = options.validate_json
@@ -158,7 +167,8 @@ class Record:
         )
         shared.trace = state.trace
         shared.names = graph.names
-        shared.quiet = graph.asks | graph.workflows  # steps that spend nothing themselves
+        # Steps that spend nothing themselves; a map's items are counted apart.
+        shared.quiet = graph.asks | graph.workflows | graph.maps
         # Ledger rows the checkpoint resumed from holds: the next checkpoint's new rows
         # start after them (rows of attempts it found running come first).
         resumed = options.resume_from
@@ -411,10 +421,21 @@ class Record:
         A row of a model the prices cannot price reaches it: the run cannot
         prove it is under its limit. Rows of unknown usage are not priced.
         """
-        entries = self.ledger.entries
-        prices, spent, limit = self.prices, self.spent_dollars, self.dollars
-        if prices is None or spent is None or limit is None:  # pragma: no cover - RunOptions
+        spent, limit = self.priced(), self.dollars
+        if spent is None or limit is None:  # pragma: no cover - RunOptions
             return False
+        return self.unpriced is not None or spent >= limit
+
+    def priced(self) -> Decimal | None:
+        """The dollars of the ledger's priced rows so far (None without prices).
+
+        Restored rows included; rows of unknown usage and of models the prices
+        cannot price are not in it (`unpriced` names the first such model).
+        """
+        entries = self.ledger.entries
+        prices, spent = self.prices, self.spent_dollars
+        if prices is None or spent is None:
+            return None
         if self._priced < len(entries):
             for row in entries[self._priced :]:
                 if row.outcome == "unknown" or row.usage == ZERO:
@@ -426,7 +447,7 @@ class Record:
                     spent += price.of(row.usage)
             self.spent_dollars = spent
             self._priced = len(entries)
-        return self.unpriced is not None or spent >= limit
+        return spent
 
     # --- checkpoints ----------------------------------------------------------------------
 

@@ -71,23 +71,7 @@ class Snapshots:
         }
         if rows != rows_since:
             fields["_rows_since"] = rows_since  # new_ledger: the rows since (none without)
-        in_flight = record.in_flight
-        if (
-            ledger.open
-            or in_flight.maps
-            or record.landed
-            or in_flight.abandoned
-            or (in_flight.next_up and record.graph.workflows)
-        ):
-            fields["in_flight"] = in_flight.now()
-        elif in_flight.next_up:
-            # Only steps about to start: in_flight is computed when read. The list itself
-            # when none of them ended since it was listed (a batch's, nothing changed).
-            fields["_next"] = (
-                in_flight.next_up
-                if in_flight.listed_at == record.changes and not in_flight.growing
-                else in_flight.upcoming()
-            )
+        describe_in_flight(record, fields)
         if record.failures:
             fields["errors"] = error_texts(record)
         if record.landed or record.progress or record.reported:
@@ -156,6 +140,29 @@ class Snapshots:
             skipped=record.skips.in_order() if record.skips.skipped else EMPTY,
             spending=Spending.of(record.ledger.entries, record.ledger.restored),
         )
+
+
+def describe_in_flight(record: Record, fields: dict[str, Any]) -> None:
+    """What may be spending: ``in_flight`` (or what computes it) and ``in_flight_items``."""
+    in_flight = record.in_flight
+    if (
+        record.ledger.open
+        or in_flight.maps
+        or record.landed
+        or in_flight.abandoned
+        or (in_flight.next_up and record.graph.workflows)
+    ):
+        fields["in_flight"] = in_flight.now()
+    elif in_flight.next_up:
+        # Only steps about to start: in_flight is computed when read. The list itself
+        # when none of them ended since it was listed (a batch's, nothing changed).
+        fields["_next"] = (
+            in_flight.next_up
+            if in_flight.listed_at == record.changes and not in_flight.growing
+            else in_flight.upcoming()
+        )
+    if in_flight.counts:
+        fields["in_flight_items"] = MappingProxyType(in_flight.counted())
 
 
 def describe_exactly(record: Record, fields: dict[str, Any], since: int) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from executionkit._checkpoint._fields import FORMAT_VERSION
 from executionkit._checkpoint._ledger import LedgerEntry
 from executionkit._checkpoint._value import WorkflowCheckpoint
 from executionkit._define._graph import graph_of
@@ -186,7 +187,7 @@ def _assemble(  # noqa: PLR0917 - the parts of one forked checkpoint
         step_index=len(ordered),
         outputs=ordered,
         cost=cost,
-        version=4,
+        version=FORMAT_VERSION,
         run_id=run_id,
         seq=1,
         context_keys=checkpoint.context_keys,
@@ -317,7 +318,7 @@ def _child_checkpoint(
         outputs=recorded,
         cost=_total(rows),
         ledger=rows,
-        version=4,
+        version=FORMAT_VERSION,
         run_id=child_run_id(run_id, name, None),
         seq=1,
         context_keys=checkpoint.context_keys,

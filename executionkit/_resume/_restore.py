@@ -160,14 +160,19 @@ def _ledger(checkpoint: WorkflowCheckpoint) -> tuple[LedgerEntry, ...]:
 
     Their usage was never reported back (the process stopped, or the resume is
     from a checkpoint taken while they ran): recorded as one attempt each, of
-    unknown usage, never as zero.
+    unknown usage, never as zero. A map's items counted in ``in_flight_items``
+    are as many attempts of the map, with no item key.
     """
-    if not checkpoint.in_flight:
+    counts = checkpoint.in_flight_items
+    if not checkpoint.in_flight and not counts:
         return checkpoint.ledger
-    unknown = tuple(
-        LedgerEntry(step, key, attempt, "unknown", None, TokenUsage())
+    nothing = TokenUsage()
+    unknown = [
+        LedgerEntry(step, key, attempt, "unknown", None, nothing)
         for step, key, attempt in checkpoint.in_flight
-    )
+    ]
+    for name, count in counts.items():
+        unknown += [LedgerEntry(name, None, 1, "unknown", None, nothing)] * count
     return (*checkpoint.ledger, *unknown)
 
 

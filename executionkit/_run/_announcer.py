@@ -53,6 +53,7 @@ class Announcer:
         "_failures",
         "_pending",
         "_server",
+        "bill",
         "names",
         "observed",
         "run_id",
@@ -73,6 +74,8 @@ class Announcer:
         self.names = names
         self._callback = callback
         self._caller_context = caller_context
+        # With prices, the run's bill so far (`Record.priced`), which events carry.
+        self.bill: Callable[[], Any] | None = None
         self.observed = callback is not None or LOG.isEnabledFor(logging.DEBUG)
         self._began: dict[int, float] = {}
         self._pending: list[Event | _Pending] = []
@@ -100,12 +103,15 @@ class Announcer:
         """Announce how the run ended: suspended (questions wait), finished, or failed."""
         run_id = self.run_id
         waiting = record.waiting() if outcome is None else None
+        dollars = record.priced()
         if waiting:
-            self.emit(RunSuspended(run_id, duration, record.cost, tuple(waiting)))
+            self.emit(RunSuspended(run_id, duration, record.cost, tuple(waiting), dollars))
         elif outcome is None:
-            self.emit(RunFinished(run_id, duration, record.cost, len(record.executed)))
+            self.emit(RunFinished(run_id, duration, record.cost, len(record.executed), dollars))
         else:
-            self.emit(RunFailed(run_id, duration, outcome, record.invalidated, record.cost))
+            self.emit(
+                RunFailed(run_id, duration, outcome, record.invalidated, record.cost, dollars)
+            )
 
     def began(self, position: int, *, asks: bool = False) -> None:
         """Note when the step at ``position`` started its first attempt, and say so.
@@ -121,12 +127,14 @@ class Announcer:
     def finished(self, position: int, cost: TokenUsage) -> None:
         """The step at ``position`` completed, its output recorded."""
         name = self.names[position]
-        self.emit(StepFinished(self.run_id, name, self.duration(position), cost))
+        bill = None if self.bill is None else self.bill()
+        self.emit(StepFinished(self.run_id, name, self.duration(position), cost, bill))
 
     def failed(self, position: int, error: Exception, usage: TokenUsage) -> None:
         """The step at ``position`` failed with ``error``; its last attempt spent ``usage``."""
         name = self.names[position]
-        self.emit(StepFailed(self.run_id, name, self.duration(position), error, usage))
+        bill = None if self.bill is None else self.bill()
+        self.emit(StepFailed(self.run_id, name, self.duration(position), error, usage, bill))
 
     def asked(self, position: int, entry: Mapping[str, Any]) -> None:
         """The ask step at ``position`` asked its question (``entry``: its pending record)."""
@@ -142,14 +150,18 @@ class Announcer:
     ) -> None:
         """An item of the map at ``position`` completed; ``done`` items are recorded."""
         duration = time.perf_counter() - began
-        self.emit(ItemFinished(self.run_id, self.names[position], key, duration, cost, done))
+        bill = None if self.bill is None else self.bill()
+        name = self.names[position]
+        self.emit(ItemFinished(self.run_id, name, key, duration, cost, done, bill))
 
     def item_failed(
         self, position: int, key: str, began: float, error: Exception, usage: TokenUsage
     ) -> None:
         """An item of the map at ``position`` failed; its last attempt spent ``usage``."""
         duration = time.perf_counter() - began
-        self.emit(ItemFailed(self.run_id, self.names[position], key, duration, error, usage))
+        bill = None if self.bill is None else self.bill()
+        name = self.names[position]
+        self.emit(ItemFailed(self.run_id, name, key, duration, error, usage, bill))
 
     def duration(self, position: int) -> float:
         """Seconds since the step at ``position`` began (0.0 if it never did)."""

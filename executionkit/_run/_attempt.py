@@ -24,13 +24,15 @@ from executionkit._checkpoint._ledger import ZERO
 from executionkit._define._context import ContextView
 from executionkit._define._step import retry_wait
 from executionkit._define._step_kinds import MapStep
+from executionkit._limits import BACKOFF_FIRST, BACKOFF_MAX, rate_limit_of
 from executionkit._run._aio import wait_through
 from executionkit._run._carry import Carried, identity_now, unwrap
 from executionkit._run._map import drive
 from executionkit._run._outcome import UNFINISHED, VALUE, Unfinished, caught
 from executionkit._run._step_context import CURRENT_STEP, StepContext
 from executionkit._run._threads import PlainThreads
-from executionkit.events import ItemStarted, StepRetried, StepStarted
+from executionkit._types import PatternResult, TokenUsage
+from executionkit.events import ItemStarted, StepRetried, StepStarted, WaitingForLimit
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Generator, Mapping
@@ -38,12 +40,14 @@ if TYPE_CHECKING:
 
     from executionkit._define._graph import Graph
     from executionkit._define._step import Step
+    from executionkit._limits import Ticket
     from executionkit._record._ledger import Ledger
     from executionkit._record._record import Record
     from executionkit._run._announcer import Announcer
     from executionkit._run._carry import Identity
     from executionkit._run._checkpointer import Checkpointer
     from executionkit._run._children import ChildRuns
+    from executionkit._run._limiter import Limiter
     from executionkit._run._map import MapRun
     from executionkit._run._outcome import Ending, Landing
     from executionkit._run._step_host import StepHost
@@ -189,11 +193,56 @@ async def _awaited(awaitable: Any, deadline: float | None) -> Any:
         raise
 
 
-def _stopped(record: Record, name: str, key: str | None, attempt: int, exc: BaseException) -> None:
+def _stopped(
+    record: Record, name: str, key: str | None, attempt: int, exc: BaseException
+) -> TokenUsage:
     """An attempt was stopped (``exc``): count what it spent; keep one abandoned listed."""
-    record.charge(name, key, "cancelled")
+    spent = record.charge(name, key, "cancelled")
     if type(exc) is Abandoned:
         record.abandon(name, key, attempt)
+    return spent
+
+
+_STARTING: contextvars.ContextVar[tuple[Limiter, Ticket] | None] = contextvars.ContextVar(
+    "executionkit_starting", default=None
+)
+"""The admission of a plain function's attempt, started by the thread that calls it."""
+
+
+def _started_here(run: Any, *arguments: Any) -> Any:
+    """Call ``run`` in a worker thread, its attempt counted in its limit from now.
+
+    A thread may start a while after the loop handed it the call: counted
+    from the hand-off, a burst of calls could reach the provider later than
+    the window says.
+    """
+    starting = _STARTING.get()
+    if starting is not None:
+        starting[0].start(starting[1])
+    return run(*arguments)
+
+
+def _tokens(usage: TokenUsage) -> int:
+    return usage.input_tokens + usage.output_tokens
+
+
+RATE_LIMITED_MAX = 10
+"""How many attempts of one step (or map item) a 429 may end without spending a retry.
+
+Past it, a 429 is an ordinary failure: ``retry_on`` and ``retries`` decide.
+"""
+
+
+def _attempt_tokens(ledger: Ledger, name: str, key: str | None, result: Any) -> int:
+    """The tokens the attempt of ``name`` (item ``key``) now ending reported, ``result``'s too."""
+    tokens = 0
+    spend = ledger.open.get((name, key))
+    if spend is not None and type(spend) is not int:
+        for _model, usage in spend.reported:  # type: ignore[union-attr]
+            tokens += usage.input_tokens + usage.output_tokens
+    if isinstance(result, PatternResult):
+        tokens += result.cost.input_tokens + result.cost.output_tokens
+    return tokens
 
 
 def _jitter_draw() -> float:
@@ -251,11 +300,13 @@ class Attempts:
         "_children",
         "_context",
         "_executor",
+        "_general_steps",
         "_grace",
         "_graph",
         "_host",
         "_landing",
         "_ledger",
+        "_limiter",
         "_maps",
         "_outputs",
         "_pending",
@@ -282,6 +333,7 @@ class Attempts:
         children: ChildRuns,
         pending: Mapping[str, object],
         record: Record,
+        limiter: Limiter | None = None,
     ) -> None:
         """Run steps of ``graph`` reading ``context`` and the recorded ``outputs``.
 
@@ -312,12 +364,23 @@ class Attempts:
         # Steps that are not called as they are: maps (per item), asks (a question) and
         # sub-workflows (a child run).
         self._special = graph.maps | graph.asks | graph.workflows
+        # Steps whose attempts are timed, retried or limited (`_attempts`).
+        self._general_steps = frozenset(
+            p
+            for p, step in enumerate(graph.steps)
+            if step.retries or step.timeout is not None or step.limit is not None
+        )
+        # The limits steps draw on (`Step.limit`), or None when the run has none.
+        self._limiter = limiter
 
-    async def task(self, position: int, returned: Any = None) -> None:
+    async def task(  # noqa: C901, PLR0912 - every way a step runs, in its one task
+        self, position: int, returned: Any = None, limited: Exception | None = None
+    ) -> None:
         """The body of a step's task (or of a lone step): run it, then land how it ended.
 
         ``returned``, when given, is the awaitable a plain step returned when it
         was called inline: it is awaited instead of calling the step again.
+        ``limited``: the 429 its first attempt, called inline, raised.
         """
         landing = self._landing
         step = self._graph.steps[position]
@@ -328,20 +391,10 @@ class Attempts:
         try:
             if position in self._special:
                 result = await self._special_kind(position, step, view)
-                if type(result) is Unfinished:
-                    ending = UNFINISHED
             elif returned is not None:
                 result = await returned
-            elif step.retries or step.timeout is not None:
-                result = await self._attempts(
-                    step,
-                    partial(self._call, position, step, view),
-                    StepContext,
-                    (),
-                    away=position in self._away,
-                )
-                if type(result) is Unfinished:
-                    ending = UNFINISHED  # the budget stopped its retries
+            elif position in self._general_steps or limited is not None:
+                result = await self._general(position, step, view, limited)
             else:
                 # The common case, kept lean (no coroutine of its own): one attempt,
                 # nothing to time.
@@ -354,8 +407,16 @@ class Attempts:
                     )
                     if type(result) is CoroutineType or inspect.isawaitable(result):
                         result = await result
+                except Exception as exc:
+                    if not rate_limit_of(exc)[0]:
+                        raise
+                    limited = exc  # a 429: tried again, without spending a retry
                 finally:
                     CURRENT_STEP.reset(token)
+                if limited is not None:
+                    result = await self._general(position, step, view, limited)
+            if type(result) is Unfinished:
+                ending = UNFINISHED  # a map's items left, a question, the budget
         except BaseException as exc:  # noqa: BLE001 - sorted by caught(), the one ladder
             try:
                 ending, result = caught(exc, f"step {step.name!r}", cancelling=landing.cancelling)
@@ -370,6 +431,19 @@ class Attempts:
             landing.ended(position, ending, result)
         finally:
             landing.finished(position)
+
+    async def _general(
+        self, position: int, step: Step, view: ContextView, limited: Exception | None
+    ) -> Any:
+        """A step's attempts under its timeout, retries and limit (`_attempts`)."""
+        return await self._attempts(
+            step,
+            partial(self._call, position, step, view),
+            StepContext,
+            (),
+            away=position in self._away,
+            first=limited,
+        )
 
     async def _special_kind(self, position: int, step: Step, view: ContextView) -> Any:
         """An ask step's question, a map's `MapDone`, a child's outputs, or `Unfinished`."""
@@ -399,6 +473,9 @@ class Attempts:
         try:
             result = self._caller_context.copy().run(_call_as, current, step.run, view)
         except BaseException as exc:  # noqa: BLE001 - sorted by caught(), the one ladder
+            if isinstance(exc, Exception) and rate_limit_of(exc)[0]:
+                # A 429: tried again in a task, without spending a retry.
+                return asyncio.get_running_loop().create_task(self.task(position, None, exc))
             ending, result = caught(exc, f"step {step.name!r}")
         else:
             if inspect.isawaitable(result):
@@ -422,11 +499,20 @@ class Attempts:
         if type(executor) is PlainThreads:
             # A thread can run in a copy of this context: current_step() works there.
             context = contextvars.copy_context()
+            if _STARTING.get() is not None:
+                leading = (run, *leading)
+                run = _started_here
             work = executor.run_soon(loop, context.run, run, *leading, view)
         elif isinstance(executor, ThreadPoolExecutor):
             context = contextvars.copy_context()
+            if _STARTING.get() is not None:
+                leading = (run, *leading)
+                run = _started_here
             work = loop.run_in_executor(executor, context.run, run, *leading, view)
         else:
+            starting = _STARTING.get()
+            if starting is not None:
+                starting[0].start(starting[1])  # another process: counted from the hand-off
             # Processes and cluster workers get what can be pickled: the function, its
             # leading arguments and a plain dict of its ctx; what it spends comes back.
             identity = identity_now()
@@ -456,33 +542,79 @@ class Attempts:
         return self._elsewhere(run, (item,), view, step.timeout)
 
     async def _item(
-        self, position: int, step: Step, view: ContextView, key: str, item: Any
+        self,
+        position: int,
+        step: Step,
+        view: ContextView,
+        key: str,
+        item: Any,
+        *,
+        ticket: Ticket | None = None,
     ) -> Any:
-        """Run one item of a map: its attempts, each with its `StepContext`."""
+        """Run one item of a map: its attempts, each with its `StepContext`.
+
+        ``ticket``: the first attempt's admission by the item's limit, taken by
+        the map's driver.
+        """
         if position in self._graph.workflows:
             context = {**view, "item": item, "item_key": key}
             return await self._children.run(step.name, step.run, context, key)  # type: ignore[arg-type]
         away = position in self._away
-        if step.retries or step.timeout is not None or away:
+        limiter = self._limiter if step.limit is not None else None
+        if (
+            step.retries
+            or step.timeout is not None
+            or away
+            or (limiter is not None and ticket is None)
+        ):
             return await self._attempts(
                 step,
                 partial(self._call_item, position, step, view, item),
                 StepContext,
                 (key,),
                 away=away,
+                ticket=ticket,
             )
-        # The common case, kept lean (no coroutine of its own): one attempt, nothing to time.
+        # The common case, kept lean (no coroutine of its own): one attempt, nothing to
+        # time, admitted by its limit (if any) already.
         run: Any = step.run
         token = CURRENT_STEP.set((self._host, step.name, self._run_id, 1, 1, key))
+        if ticket is not None:
+            limiter.start(ticket)  # type: ignore[union-attr]  # a ticket comes from one
+            counts_tokens = ticket.window.limit.tokens is not None
         try:
             result = run(item, view)
             if type(result) is CoroutineType or inspect.isawaitable(result):
                 result = await result
+        except Exception as exc:
+            if not rate_limit_of(exc)[0]:
+                if ticket is not None:
+                    spent = (
+                        _attempt_tokens(self._ledger, step.name, key, None) if counts_tokens else 0
+                    )
+                    limiter.done(ticket, spent)  # type: ignore[union-attr]
+                raise
+            limited = exc  # a 429: tried again, without spending a retry
+        else:
+            if ticket is not None:
+                spent = (
+                    _attempt_tokens(self._ledger, step.name, key, result) if counts_tokens else 0
+                )
+                limiter.done(ticket, spent)  # type: ignore[union-attr]
+            return result
         finally:
             CURRENT_STEP.reset(token)
-        return result
+        return await self._attempts(
+            step,
+            partial(self._call_item, position, step, view, item),
+            StepContext,
+            (key,),
+            away=away,
+            ticket=ticket,
+            first=limited,
+        )
 
-    async def _attempts(  # noqa: C901, PLR0912 - every ending of an attempt, in one loop
+    async def _attempts(  # noqa: C901, PLR0912, PLR0915 - every ending of an attempt, in one loop
         self,
         step: Step,
         call: Callable[[], Any],
@@ -490,11 +622,17 @@ class Attempts:
         item: tuple[str, ...],
         *,
         away: bool,
+        ticket: Ticket | None = None,
+        first: Exception | None = None,
     ) -> Any:
-        """The general case: a timeout per attempt, and retries with backoff.
+        """The general case: a timeout per attempt, retries with backoff, limits and 429s.
 
         ``call()`` makes one attempt; ``item`` is ``(key,)`` in a map item.
         ``away``: the attempt runs in the executor, and times itself out.
+        ``ticket``: the first attempt's admission by the step's limit (a map's
+        driver takes it); without one, each attempt waits for its own.
+        ``first``: the 429 the first attempt raised, made on the lean path (its
+        usage, if any, is open in the ledger as that attempt's).
         """
         attempt = 1
         name = step.name
@@ -502,13 +640,31 @@ class Attempts:
         what = f"step {name!r}" + (f", item {key!r}," if item else "")
         ledger = self._ledger
         record = self._record
-        ledger.begin(name, key, attempt)
+        limiter = self._limiter if step.limit is not None else None
+        failed = 0  # attempts that spent one of the retries
+        limited = 0  # attempts answered 429, which spend none
+        if first is None:
+            ledger.begin(name, key, attempt)
         while True:
+            if limiter is not None and ticket is None:
+                ticket = await self._admitted(limiter, step, key)
             token = CURRENT_STEP.set(
                 make(self._host, name, self._run_id, attempt, step.retries + 1, *item)
             )
+            starting = None
+            if limiter is not None and ticket is not None:
+                if away:
+                    starting = _STARTING.set((limiter, ticket))  # the thread starts it
+                else:
+                    limiter.start(ticket)
             try:
+                if first is not None:
+                    made, first = first, None
+                    raise made  # noqa: TRY301 - the lean path's attempt, ended as it ended
                 result = call()
+                if starting is not None:
+                    _STARTING.reset(starting)
+                    starting = None
                 if inspect.isawaitable(result):
                     if step.timeout is None:
                         result = await result
@@ -519,33 +675,66 @@ class Attempts:
             except Exception as exc:
                 # The attempt's usage counts now, in every ending but success (counted
                 # with its output): the last failure's as the retried ones'.
-                timed_out = (
-                    step.timeout is not None
-                    and type(exc) is TimeoutError
-                    and str(exc) == f"{what} attempt {attempt} timed out after {step.timeout:g} s"
-                )
-                wasted = record.charge(name, key, "timeout" if timed_out else "failed")
-                if attempt > step.retries or not isinstance(exc, step.retry_on):
-                    raise
+                too_many, after = rate_limit_of(exc)
+                too_many = too_many and limited < RATE_LIMITED_MAX
+                if too_many:
+                    wasted = record.charge(name, key, "rate_limited")
+                    limited += 1
+                    if limiter is not None and ticket is not None:
+                        limiter.done(ticket, _tokens(wasted), limited=True)
+                        delay = limiter.pause(step.limit, after)  # type: ignore[arg-type]
+                    else:
+                        delay = (
+                            after
+                            if after is not None
+                            else min(BACKOFF_FIRST * 2 ** (limited - 1), BACKOFF_MAX)
+                        )
+                else:
+                    timed_out = (
+                        step.timeout is not None
+                        and type(exc) is TimeoutError
+                        and str(exc)
+                        == f"{what} attempt {attempt} timed out after {step.timeout:g} s"
+                    )
+                    wasted = record.charge(name, key, "timeout" if timed_out else "failed")
+                    if limiter is not None and ticket is not None:
+                        limiter.done(ticket, _tokens(wasted))
+                    if failed >= step.retries or not isinstance(exc, step.retry_on):
+                        raise
+                    failed += 1
+                    delay = retry_wait(step, failed, _jitter_draw())
+                ticket = None
                 failure = exc
             except BaseException as exc:
-                _stopped(record, name, key, attempt, exc)
+                spent = _stopped(record, name, key, attempt, exc)
+                if limiter is not None and ticket is not None:
+                    limiter.done(ticket, _tokens(spent))
                 raise
             else:
+                if limiter is not None and ticket is not None:
+                    limiter.done(ticket, _attempt_tokens(ledger, name, key, result))
                 return result
             finally:
                 CURRENT_STEP.reset(token)
+                if starting is not None:
+                    _STARTING.reset(starting)
             if record.over_budget():
                 # The budget stops the next attempt, not only the next step.
                 return Unfinished(f"{what} the budget was reached before attempt {attempt + 1}")
             # Open before the backoff: a checkpoint meanwhile lists it as in flight.
             ledger.begin(name, key, attempt + 1)
-            delay = retry_wait(step, attempt, _jitter_draw())
             announcer = self._announcer
             if announcer.observed:
                 announcer.emit(
                     StepRetried(
-                        self._run_id, name, attempt, failure, delay, item=key, usage=wasted
+                        self._run_id,
+                        name,
+                        attempt,
+                        failure,
+                        delay,
+                        item=key,
+                        usage=wasted,
+                        dollars=record.priced(),
                     )
                 )
             # What the failed attempt spent is saved (with the next one listed in flight)
@@ -555,7 +744,8 @@ class Attempts:
                 if wasted != ZERO
                 else None
             )
-            await asyncio.sleep(delay)
+            if limiter is None or not too_many:
+                await asyncio.sleep(delay)  # a 429 on a limit: the key's pause is the wait
             if saved is not None:
                 with contextlib.suppress(Exception):  # checkpoint_fn failed: the run stops
                     await saved
@@ -565,9 +755,29 @@ class Attempts:
                 record.charge(name, key, "cancelled")
                 return Unfinished(f"{what} the run stopped before attempt {attempt + 1}")
             attempt += 1
+            if limiter is not None:
+                ticket = await self._admitted(limiter, step, key)
             if announcer.observed:
                 announcer.emit(
                     ItemStarted(self._run_id, name, item[0], attempt)
                     if item
                     else StepStarted(self._run_id, name, attempt)
                 )
+
+    async def _admitted(self, limiter: Limiter, step: Step, key: str | None) -> Ticket:
+        """Wait for room in the step's limit, giving back the run's slot meanwhile."""
+        slots = self._maps.policies.slots
+        announcer = self._announcer
+        run_id = self._run_id
+
+        def waiting(seconds: float) -> None:
+            if announcer.observed:
+                limit: Any = step.limit
+                announcer.emit(WaitingForLimit(run_id, step.name, limit, seconds, item=key))
+
+        return await limiter.admit(
+            step.limit,  # type: ignore[arg-type]
+            step.tokens_estimate,
+            slots if slots.limit is not None else None,
+            waiting,
+        )

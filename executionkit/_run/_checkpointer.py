@@ -215,6 +215,7 @@ class Checkpointer:
                     checkpoint.seq,
                     checkpoint.step_index,
                     checkpoint.new_outputs,
+                    self._record.priced(),
                 )
             )
 

@@ -103,6 +103,7 @@ class ChildRuns:
             "on_error": options.on_error,
             "budget": limit,
             "prices": options.prices,
+            "limits": options.limits or None,
             "validate_json": options.validate_json,
             "schedule": options.schedule,
             "max_concurrency": options.max_concurrency,

@@ -8,6 +8,14 @@ run (`Landing.ended`, with its key), which records it and has it checkpointed;
 the map step's own output, the list or dict of every item's output, is
 assembled by the record once every item is in it. Failures among items follow
 the run's ``on_error`` (`Policies`).
+
+Items are counted before they start (`InFlight.counts`, a checkpoint's
+``in_flight_items``): the driver raises its map's count for the items it picks
+and starts them once a checkpoint holding the count was handed to
+``checkpoint_fn``, so a resume after a crash books exactly the items that may
+have been paid for as unknown. An item that ends takes itself off the count in
+the same record change as its output, and the items its ending lets start are
+picked then too, so that one checkpoint serves both (decision 0016).
 """
 
 from __future__ import annotations
@@ -21,15 +29,17 @@ from typing import TYPE_CHECKING, Any
 from executionkit._record._items import MapDone, item_pairs
 from executionkit._run._aio import task_maker, wait_through
 from executionkit._run._outcome import FAILED, UNFINISHED, VALUE, Unfinished, caught
-from executionkit.events import ItemStarted, MapStarted, StepInvalidated
+from executionkit.events import ItemStarted, MapStarted, StepInvalidated, WaitingForLimit
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
 
     from executionkit._define._step_kinds import MapStep
+    from executionkit._limits import Ticket
     from executionkit._record._record import Record
     from executionkit._run._announcer import Announcer
     from executionkit._run._checkpointer import Checkpointer
+    from executionkit._run._limiter import Limiter, Waiting
     from executionkit._run._outcome import Ending, Landing
     from executionkit._run._policies import Policies, Slots
 
@@ -42,20 +52,23 @@ class MapRun:
         "checkpointer",
         "in_turn",
         "landing",
+        "limiter",
         "policies",
         "record",
         "run_id",
     )
 
-    def __init__(
+    def __init__(  # noqa: PLR0917 - the run's parts, gathered once
         self,
         landing: Landing,
         policies: Policies,
         record: Record,
         announcer: Announcer,
         checkpointer: Checkpointer,
+        limiter: Limiter | None = None,
     ) -> None:
         """Gather the parts of one run a map needs."""
+        self.limiter = limiter
         self.landing = landing
         self.policies = policies
         self.record = record
@@ -90,9 +103,10 @@ async def drive(
     recorded = run.record.recorded_items(step.name)
     todo = [(key, item) for key, item in reversed(pairs) if key not in recorded]
     _announce_start(run, step.name, pairs, recorded, len(pairs) - len(todo))
-    driver = _Driver(position, step.name, run_item, run, takes_slots=takes_slots)
-    # Listed in checkpoints' in_flight while it runs: items of it may be spending.
-    running = run.record.in_flight.maps
+    driver = _Driver(position, step, run_item, run, takes_slots=takes_slots)
+    # Items of sub-workflows are listed in checkpoints' in_flight, by the map's name,
+    # while it runs; items of functions are counted instead (see _Driver).
+    running = run.record.in_flight.maps if not takes_slots else set()
     running.add(position)
     try:
         if plain and run.checkpointer.active:
@@ -104,7 +118,11 @@ async def drive(
         else:
             await driver.run(todo, step.max_concurrency)
     finally:
+        driver.unadmit()
         running.discard(position)
+        counts = run.record.in_flight.counts
+        if counts.get(position) == 0:
+            del counts[position]
     if driver.failures:
         raise driver.failed(pairs)
     recorded = run.record.recorded_items(step.name)
@@ -140,41 +158,101 @@ class _Driver:
     def __init__(
         self,
         position: int,
-        name: str,
-        run_item: Callable[[str, Any], Awaitable[Any]],
+        step: MapStep,
+        run_item: Callable[..., Awaitable[Any]],
         run: MapRun,
         *,
         takes_slots: bool,
     ) -> None:
         self.position = position
-        self.name = name
+        self.name = step.name
+        # The limit its items draw on: each starts once admitted (a ticket each).
+        self.limiter = run.limiter if step.limit is not None and takes_slots else None
+        self.limit_key: str = step.limit or ""
+        self.estimate = step.tokens_estimate
+        # The admissions of the items started (each closed as its item ends, or by
+        # `unadmit` for an item cancelled before it began).
+        self.tickets: list[Ticket] = []
+        self.room: Waiting | None = None
         self.run_item = run_item
         self.run_ = run
         slots = run.policies.slots
         # Items count against the run's slots only under a limit (nothing reads them else).
         self.slots = slots if takes_slots and slots.limit is not None else None
         self.failures: dict[str, Exception] = {}
+        record = run.record
+        self.record = record
+        # Items of functions are counted before they start (a sub-workflow's are not:
+        # its own checkpoints list what it runs).
+        self.counts = record.in_flight.counts if takes_slots else None
+        if self.counts is not None:
+            self.counts.setdefault(position, 0)
+        # What `run` starts from; picked from again as each item ends (`_done`).
+        self.todo: list[tuple[str, Any]] = []
+        self.limit: int | None = None
+        self.cancelled = False
         # The items running, by key. An item's task says it is done at the end of its
         # own body (no done callback, a loop iteration each); one cancelled before its
         # body began gets a callback then (`_cancel`).
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.wake: asyncio.Future[None] | None = None
 
+    def _count(self, change: int) -> None:
+        """Raise or lower the map's count of items in flight: a change of the record."""
+        counts = self.counts
+        if counts is not None:
+            counts[self.position] += change
+            self.record.changes += 1
+
     def _done(self, key: str) -> None:
         del self.tasks[key]
         if self.slots is not None:
             self.slots.release()  # wakes this driver too, through _wake_up
+        if self.todo and not self.cancelled:
+            # Picked now, in the change that recorded the item that ended: one
+            # checkpoint counts the new items and records the old one.
+            self._start_items(self.todo, self.limit)
         self._wake_up()
 
     def _cancel(self) -> None:
         """Cancel every item running; those whose body never begins are done all the same."""
+        self.cancelled = True
+        self._stop_waiting()
         for key, task in list(self.tasks.items()):
             if task.cancel():
                 task.add_done_callback(partial(self._done_unstarted, key))
 
     def _done_unstarted(self, key: str, task: asyncio.Task[None]) -> None:
         if self.tasks.get(key) is task:  # its body never ran, so never said it was done
+            self._count(-1)
             self._done(key)
+
+    def unadmit(self) -> None:
+        """The map ended: admissions of items whose body never ran are given back."""
+        limiter = self.limiter
+        if limiter is not None:
+            for ticket in self.tickets:
+                if ticket.open:
+                    limiter.done(ticket, 0)
+            self.tickets = []
+
+    def _wait_for_room(self, seconds: float) -> None:
+        """The limit has no room for the next item: be woken when it may have."""
+        if self.room is not None or self.limiter is None:
+            return
+        self.room = self.limiter.when_room(self.limit_key, seconds, self._room_again)
+        announcer = self.run_.announcer
+        if announcer.observed:
+            announcer.emit(WaitingForLimit(self.run_.run_id, self.name, self.limit_key, seconds))
+
+    def _room_again(self) -> None:
+        self.room = None
+        self._wake_up()
+
+    def _stop_waiting(self) -> None:
+        room, self.room = self.room, None
+        if room is not None:
+            room.cancel()
 
     def _wake_up(self) -> None:
         wake = self.wake
@@ -202,6 +280,8 @@ class _Driver:
         loop = asyncio.get_running_loop()
         tasks = self.tasks
         slots = self.slots
+        self.todo = todo
+        self.limit = limit
         if slots is not None:
             slots.listen(self._wake_up)
         try:
@@ -218,6 +298,8 @@ class _Driver:
                 await wait_through(self.wake)
             raise
         finally:
+            self.todo = []
+            self._stop_waiting()
             if slots is not None:
                 slots.forget(self._wake_up)
 
@@ -229,22 +311,39 @@ class _Driver:
         """
         run = self.run_
         policies = run.policies
-        announcer = run.announcer
+        checkpointer = run.checkpointer
         slots = self.slots
-        while todo and policies.may_start_item(bool(self.failures)):
-            if slots is not None and not self._slot():
-                await self._released(slots)
-                continue
-            key, item = todo.pop()
-            if announcer.observed:
-                announcer.emit(ItemStarted(run.run_id, self.name, key, 1))
-            try:
-                await self._one(key, item)
-            finally:
-                if slots is not None:
-                    slots.release()
-            with contextlib.suppress(Exception):  # the run stops on it, and raises it
-                await run.checkpointer.save()
+        counted = self.counts is not None
+        ahead = False  # whether the next item is counted (and that count saved) already
+        try:
+            while todo and policies.may_start_item(bool(self.failures)):
+                if slots is not None and not self._slot():
+                    await self._released(slots)
+                    continue
+                if counted and not ahead:
+                    self._count(1)
+                    with contextlib.suppress(Exception):  # the run stops on it, and raises it
+                        await checkpointer.save()
+                ahead = False
+                if checkpointer.storage_error is not None or policies.stopping:
+                    self._count(-1)  # its count could not be saved, or the run stops: not run
+                    if slots is not None:
+                        slots.release()
+                    return
+                key, item = todo.pop()
+                try:
+                    await self._one(key, item)
+                finally:
+                    if slots is not None:
+                        slots.release()
+                if counted and todo and policies.may_start_item(bool(self.failures)):
+                    self._count(1)  # the next one, counted in the checkpoint of this one
+                    ahead = True
+                with contextlib.suppress(Exception):  # the run stops on it, and raises it
+                    await checkpointer.save()
+        finally:
+            if ahead:
+                self._count(-1)
 
     async def _released(self, slots: Slots) -> None:
         """Wait until another unit of work of the run gives a slot back."""
@@ -256,29 +355,79 @@ class _Driver:
             slots.forget(self._wake_up)
 
     def _start_items(self, todo: list[tuple[str, Any]], limit: int | None) -> bool:
-        """Start items while allowed; return whether one waits for a concurrency slot."""
+        """Start items while allowed; return whether one waits for a slot or its limit."""
+        if not todo or not self.run_.policies.may_start_item(bool(self.failures)):
+            return False
+        want = len(todo) if limit is None else min(len(todo), limit - len(self.tasks))
+        slots = self.slots
+        free = None if slots is None else slots.free()
+        waiting = free is not None and free < want
+        if free is not None:
+            want = min(want, free)
+        if want <= 0:
+            return waiting
+        if self.limiter is not None:
+            admitted, wait = self.limiter.admit_up_to(self.limit_key, self.estimate, want)
+            if len(admitted) < want:
+                self._wait_for_room(wait)
+                waiting = True
+            if not admitted:
+                return waiting
+            if len(admitted) == want:
+                self._stop_waiting()
+            want = len(admitted)
+            self.tickets += admitted
+        else:
+            admitted = None
+        if slots is not None:
+            slots.take(want)
+        self._start([todo.pop() for _ in range(want)], admitted)
+        return waiting
+
+    def _start(self, picked: list[tuple[str, Any]], tickets: list[Ticket] | None = None) -> None:
+        """Count the items picked, then start them once a checkpoint holding the count is saved.
+
+        ``tickets``: each item's admission by the map's limit, in order.
+        """
+        run = self.run_
+        ready: asyncio.Future[None] | None = None
+        if self.counts is not None:
+            self._count(len(picked))
+            checkpointer = run.checkpointer
+            if checkpointer.active:
+                ready = checkpointer.save_soon(asyncio.get_running_loop())
         create_task = task_maker()
         tasks = self.tasks
-        policies = self.run_.policies
-        announcer = self.run_.announcer
-        slots = self.slots
-        while todo and (limit is None or len(tasks) < limit):
-            if not policies.may_start_item(bool(self.failures)):
-                return False
-            if slots is not None and not self._slot():
-                return True
-            key, item = todo.pop()
-            if announcer.observed:
-                announcer.emit(ItemStarted(self.run_.run_id, self.name, key, 1))
-            tasks[key] = create_task(self._one(key, item))
-        return False
+        if tickets is None:
+            for key, item in picked:
+                tasks[key] = create_task(self._one(key, item, ready))
+        else:
+            for (key, item), ticket in zip(picked, tickets, strict=True):
+                tasks[key] = create_task(self._one(key, item, ready, ticket))
 
-    async def _one(self, key: str, item: Any) -> None:
+    async def _one(
+        self,
+        key: str,
+        item: Any,
+        ready: asyncio.Future[None] | None = None,
+        ticket: Ticket | None = None,
+    ) -> None:
         began = time.perf_counter()
         ending: Ending
+        run = self.run_
         try:
+            if ready is not None and not await self._may_begin(ready):
+                unstarted = Unfinished(f"item {key!r} of step {self.name!r} did not start")
+                run.landing.ended(self.position, UNFINISHED, unstarted, key, began)
+                return
+            if run.announcer.observed:
+                run.announcer.emit(ItemStarted(run.run_id, self.name, key, 1))
             try:
-                value = await self.run_item(key, item)
+                value = await (
+                    self.run_item(key, item)
+                    if ticket is None
+                    else self.run_item(key, item, ticket=ticket)
+                )
             except BaseException as exc:  # noqa: BLE001 - sorted by caught(), the one ladder
                 ending, value = caught(exc, f"item {key!r} of step {self.name!r}")
             else:
@@ -289,8 +438,26 @@ class _Driver:
                 if ending == FAILED and self.run_.policies.after_failure() == "cancel":
                     self._cancel()
         finally:
+            if ticket is not None and ticket.open:
+                self.limiter.done(ticket, 0)  # type: ignore[union-attr]  # not run, or stopped
+            if self.counts is not None:
+                self._count(-1)  # in the change that recorded it (no await since)
             if key in self.tasks:  # a task's (run_in_turn awaits it without one)
                 self._done(key)
+
+    async def _may_begin(self, ready: asyncio.Future[None]) -> bool:
+        """Wait for the checkpoint counting an item (``ready``); whether it may start now.
+
+        Its count is in a checkpoint handed over before it starts: a crash then
+        books it as unknown, never as nothing.
+        """
+        if not ready.done():
+            # A cancellation goes on (the item's, or the save's once the run has ended).
+            with contextlib.suppress(Exception):  # checkpoint_fn failed: read below
+                await asyncio.shield(ready)
+        saved = not ready.cancelled() and ready.exception() is None
+        # What decided it may start is asked again: an item that failed meanwhile stops it.
+        return saved and self.run_.policies.may_start_item(bool(self.failures))
 
     def failed(self, pairs: list[tuple[str, Any]]) -> ExceptionGroup[Exception]:
         """The error of the map step: every item's error, each noted with its key.

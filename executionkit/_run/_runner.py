@@ -96,7 +96,15 @@ class Run(Landing):
         self._deciding = self._conditions.deciding
         self._decider = self._decide if self._deciding else None
         self._asks = graph.asks
-        self._maps_run = MapRun(self, policies, record, announcer, checkpointer)
+        if options.prices is not None:
+            announcer.bill = record.priced
+        limiter = None
+        if options.limits:
+            from executionkit._run._limiter import Limiter, shared_store  # noqa: PLC0415
+
+            limiter = Limiter(options.limits, shared_store(options.checkpoint_fn))
+        self._limiter = limiter
+        self._maps_run = MapRun(self, policies, record, announcer, checkpointer, limiter)
         attempts = Attempts(
             graph,
             context=options.context,
@@ -113,6 +121,7 @@ class Run(Landing):
             children=ChildRuns(record, options, checkpointer, slots),
             pending=record.questions.pending,
             record=record,
+            limiter=limiter,
         )
         # In batch mode, "step" records and checkpoints each completion as it lands.
         self._per_step = (
@@ -505,6 +514,8 @@ class Run(Landing):
             self._announcer.run_ended(record, outcome, time.perf_counter() - began)
         settled = await checkpointer.settle() if checkpointer.unsettled else False
         checkpointer.close()
+        if self._limiter is not None:
+            self._limiter.close()
         if self._announcer.serving:
             settled = await self._announcer.settle() or settled
         if outcome is None and settled:

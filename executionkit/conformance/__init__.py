@@ -12,13 +12,17 @@ first one it breaks:
   `WorkflowCheckpoint.from_dict` (whose ``new_outputs`` is empty), one with
   every field format 3 adds for steps without an output (the recorded items of
   an unfinished map, a skipped step, a question waiting for an answer with its
-  deadline), one with sub-workflow checkpoints in ``children``, and one with
-  every field format 4 adds (a cost ledger with failed, timed-out, cancelled,
-  unknown and late attempts, models and a sub-workflow's rows; attempts in
-  flight; a trace; a lineage).
+  deadline), one with sub-workflow checkpoints in ``children``, one with
+  every field formats 4 and 5 add (a cost ledger with failed, timed-out,
+  cancelled, unknown, late and rate-limited attempts, models and a
+  sub-workflow's rows; attempts in flight; a trace; a lineage; the attempts
+  with their times; a wait; items of a map in flight; a step's ``code``
+  fingerprint), and one whose question was answered at its deadline
+  (``answered_by`` in ``step_info``).
 - **latest wins**: after saving ``seq`` 1, 2, 3, 4 of a run, ``load()`` returns
-  each one just saved; so it does for a run whose cost ledger grows with each
-  checkpoint (each naming its new rows in ``new_ledger``).
+  each one just saved; so it does for a run whose cost ledger and attempts
+  grow with each checkpoint (each naming its new rows in ``new_ledger`` and
+  its new entries in ``new_attempts``).
 - **stale writer**: after seq 3, saving seq 2 again, or another worker's
   different checkpoint with seq 3, leaves seq 3 stored; the store may ignore
   the stale checkpoint or refuse it by raising ``stale_error``. Seq 4 is then
@@ -47,8 +51,9 @@ Two more properties are opt-in, because not every correct store has them:
   usage, some failing once first), one after the other, serialises, compares
   or copies each earlier output at most about once in all, instead of once per
   later checkpoint as a full snapshot does; and reads each earlier ledger row
-  at most about once in all too (a store writes each checkpoint's
-  ``new_ledger``, not its whole ``ledger``).
+  and ``attempts`` entry at most about once in all too (a store writes each
+  checkpoint's ``new_ledger`` and ``new_attempts``, not its whole ``ledger``
+  and ``attempts``).
 - **concurrent writers** (``writers=N``, for stores that several threads share):
   ``N`` threads (tasks, in `check_store_async`) save competing checkpoints of
   one run at once, each worker its own seq 3 and 4 after a shared seq 1 and 2;
@@ -59,9 +64,10 @@ The checkpoints are real: the kit runs a small workflow (a diamond with token
 usage, metadata, a versioned step, unicode and nested outputs, a step that
 saves progress and fails; and a map, a condition and a question) with a list
 as ``checkpoint_fn``, so ``seq``, ``run_id``, ``new_outputs``, ``new_items``
-and ``new_ledger`` are what `Workflow.run` produces (the format 4 sample adds
-its ledger, in-flight attempts, trace and lineage by hand, naming its new rows
-in ``new_ledger`` as a run does). Every
+and ``new_ledger`` are what `Workflow.run` produces (the format 4 and 5 sample
+adds its ledger, in-flight attempts, trace, lineage, attempts, wait, items in
+flight and code by hand, naming its new rows in ``new_ledger`` and
+``new_attempts`` as a run does). Every
 checkpoint has the run_id `RUN_ID`, so a store keyed by run can load it.
 
 Example, for a store that keeps each run's checkpoint as JSON in a dict:
@@ -151,9 +157,10 @@ def check_store(
             pickling): it catches ``json.dumps(checkpoint.to_dict())`` and
             deep copies, not a store that copies references or encodes with
             a library that reads dicts without calling their methods. Ledger
-            rows are counted as the checkpoint hands them out: reading
-            ``checkpoint.ledger`` (or ``to_dict()``) reads every row, reading
-            ``new_ledger`` only the new ones.
+            rows and ``attempts`` entries are counted as the checkpoint hands
+            them out: reading ``checkpoint.ledger`` (or ``to_dict()``) reads
+            every row, reading ``new_ledger`` only the new ones; the same for
+            ``attempts`` and ``new_attempts``.
         writers: Also check **concurrent writers** with this many threads
             (at least 2) saving into one store at once. Leave it 0 for a store
             meant for one writer at a time.

@@ -29,6 +29,7 @@ from executionkit.conformance._samples import (
     CHAIN_LENGTH,
     LAST_SEQ,
     Counted,
+    CountedAttempts,
     CountedRows,
     Samples,
 )
@@ -163,11 +164,16 @@ class Kit:
             ("a checkpoint with sub-workflow checkpoints in children", samples.children),
             (
                 (
-                    "a checkpoint with a cost ledger (failed, timed-out, cancelled, unknown and "
-                    "late attempts, models, a sub-workflow's rows), attempts in flight, a trace "
-                    "and a lineage"
+                    "a checkpoint with a cost ledger (failed, timed-out, cancelled, unknown, "
+                    "late and rate-limited attempts, models, a sub-workflow's rows), attempts "
+                    "in flight, a trace, a lineage, the attempts with their times, a wait, "
+                    "items of a map in flight and a step's code fingerprint"
                 ),
                 samples.spending[-2],
+            ),
+            (
+                "a checkpoint whose question was answered at its deadline, with code fingerprints",
+                samples.deadline,
             ),
         )
         for label, checkpoint in cases:
@@ -257,10 +263,12 @@ class Kit:
         chain = self.samples.chain
         save, load = self.fresh(name)
         total = worst = worst_seq = 0
-        rows = rows_worst = rows_worst_seq = 0
+        # For the ledger's rows and the attempts: read in all, at most, and at which seq.
+        logs = {"ledger": [0, 0, 0], "attempts": [0, 0, 0]}
         for checkpoint in chain:
             new_rows = len(checkpoint.new_ledger)  # read before counting: the store may too
-            Counted.touched = CountedRows.touched = 0
+            new_attempts = len(checkpoint.new_attempts)
+            Counted.touched = CountedRows.touched = CountedAttempts.touched = 0
             await self.save(name, save, checkpoint, f"saving seq {checkpoint.seq} of a chain")
             touched = Counted.touched
             # The new outputs are written now: the store may look at each of them once.
@@ -268,11 +276,15 @@ class Kit:
             total += touched
             if touched > worst:
                 worst, worst_seq = touched, checkpoint.seq
-            # So are its new ledger rows (a failed attempt's too): the rows before are not.
-            read = max(0, CountedRows.touched - new_rows)
-            rows += read
-            if read > rows_worst:
-                rows_worst, rows_worst_seq = read, checkpoint.seq
+            # So are its new ledger rows (a failed attempt's too) and attempts: not those before.
+            for log, read in (
+                ("ledger", max(0, CountedRows.touched - new_rows)),
+                ("attempts", max(0, CountedAttempts.touched - new_attempts)),
+            ):
+                counted = logs[log]
+                counted[0] += read
+                if read > counted[1]:
+                    counted[1:] = [read, checkpoint.seq]
         when = f"after saving the {len(chain)} checkpoints of a {CHAIN_LENGTH}-step chain"
         await self.expect(name, load, chain[-1], when)
         if total > len(chain):
@@ -282,13 +294,15 @@ class Kit:
                 f"most {len(chain)}: each checkpoint should write only its new_outputs"
             )
             raise StoreConformanceError(name, msg)
-        if rows > len(chain):
-            msg = (
-                f"{when}, the store read the ledger rows of earlier checkpoints {rows} times "
-                f"(at most {rows_worst}, at seq {rows_worst_seq}), expected at most "
-                f"{len(chain)}: each checkpoint should write only its new_ledger"
-            )
-            raise StoreConformanceError(name, msg)
+        for log, what in (("ledger", "the ledger rows"), ("attempts", "the attempts entries")):
+            read, most, at = logs[log]
+            if read > len(chain):
+                msg = (
+                    f"{when}, the store read {what} of earlier checkpoints {read} times "
+                    f"(at most {most}, at seq {at}), expected at most {len(chain)}: each "
+                    f"checkpoint should write only its new_{log}"
+                )
+                raise StoreConformanceError(name, msg)
 
     async def concurrent_writers(self) -> None:
         name = CONCURRENT_WRITERS

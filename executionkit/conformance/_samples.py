@@ -17,6 +17,7 @@ from executionkit import (
     WorkflowFailed,
     current_step,
 )
+from executionkit._checkpoint._times import ATTEMPT_OUTCOMES
 from executionkit.conformance._names import RUN_ID
 
 _CONTEXT = {"document": "never stored: only this key's name is"}
@@ -55,11 +56,46 @@ _SPENT: tuple[tuple[list[list[Any]], list[list[Any]]], ...] = (
             ["d", None, 1, "cancelled", "gpt-4o", 30, 0, 1],
             ["d", None, 2, "ok", "gpt-4o", 300, 80, 2],
             ["research/draft", "1", 1, "late", "gpt-4o", 7, 0, 1],
+            ["research/draft", "2", 1, "rate_limited", "gpt-4o", 12, 0, 1],
         ],
         [["e", None, 1]],
     ),
     ([], [["research/draft", "2", 3]]),
 )
+# Format 5's fields of `Samples.spending`, by checkpoint: the ``attempts`` entries each
+# one adds (step path, item key, attempt, outcome, started and ended in milliseconds
+# since the epoch), its ``waits`` and its ``in_flight_items``.
+_T = 1_764_583_200_000  # 2025-12-01T10:00:00Z
+_DUE = {"due": "2026-12-01T11:00:00+00:00", "since": "2026-12-01T10:00:00+00:00"}
+_TIMED: tuple[tuple[list[list[Any]], dict[str, Any], dict[str, int]], ...] = (
+    (
+        [["a", None, 1, "failed", _T, _T + 1250], ["a", None, 2, "ok", _T + 1300, _T + 2000]],
+        {},
+        {},
+    ),
+    (
+        [
+            ["b", None, 1, "timeout", _T + 2001, _T + 32001],
+            ["research/draft", "0", 2, "ok", _T + 2001, _T + 2500],
+            ["b", None, 2, "ok", _T + 32002, _T + 33000],
+            ["c", None, 1, "ok", _T + 2001, _T + 2001],
+        ],
+        {"cool_down": _DUE},
+        {},
+    ),
+    (
+        [
+            ["d", None, 1, "cancelled", _T + 33001, _T + 34000],
+            ["research/draft", "2", 1, "rate_limited", _T + 33001, _T + 33100],
+            ["d", None, 2, "ok", _T + 34001, _T + 39999],
+        ],
+        {"cool_down": _DUE},
+        {"chunks": 2},
+    ),
+    ([["e", None, 1, "ok", _T + 40000, _T + 40000]], {}, {}),
+)
+# The fingerprint of the code that made step a's output (format 5's step_info "code").
+CODE = "5f3c9a1e0b7d2c48"
 
 
 def _workflow(*, variant: str = "", fail: bool = False) -> Workflow:
@@ -153,17 +189,25 @@ def _with_children(
 def _spending(run: tuple[WorkflowCheckpoint, ...]) -> tuple[WorkflowCheckpoint, ...]:
     """``run`` with a cost ledger with waste, attempts in flight, a trace and a lineage.
 
-    Built by hand, so that every outcome, a model, a sub-workflow's path and an
-    item key appear whatever the workflows spend: each checkpoint keeps the
-    run's ``new_outputs`` and ``new_items`` and names its new ledger rows in
-    ``new_ledger``, as a run's checkpoint does.
+    And format 5's fields: the attempts with their times, a wait, items of a map
+    in flight and step a's code fingerprint. Built by hand, so that every
+    outcome, a model, a sub-workflow's path and an item key appear whatever the
+    workflows spend: each checkpoint keeps the run's ``new_outputs`` and
+    ``new_items`` and names its new ledger rows in ``new_ledger`` and its new
+    attempts in ``new_attempts``, as a run's checkpoint does.
     """
     built = []
     rows: list[list[Any]] = []
-    for checkpoint, (new, in_flight) in zip(run, _SPENT, strict=True):
+    ended: list[list[Any]] = []
+    for checkpoint, (new, in_flight), (timed, waits, counts) in zip(
+        run, _SPENT, _TIMED, strict=True
+    ):
         rows = [*rows, *new]
+        ended = [*ended, *timed]
         data = checkpoint.to_dict()
         data.update(ledger=rows, in_flight=in_flight, trace=TRACE, lineage=LINEAGE)
+        data.update(attempts=ended, waits=waits, in_flight_items=counts)
+        data["step_info"]["a"]["code"] = CODE
         read = WorkflowCheckpoint.from_dict(data)
         built.append(
             dataclasses.replace(
@@ -171,9 +215,24 @@ def _spending(run: tuple[WorkflowCheckpoint, ...]) -> tuple[WorkflowCheckpoint, 
                 new_outputs=checkpoint.new_outputs,
                 new_items=checkpoint.new_items,
                 new_ledger=read.ledger[len(read.ledger) - len(new) :],
+                new_attempts=read.attempts[len(read.attempts) - len(timed) :],
             )
         )
     return tuple(built)
+
+
+def _at_deadline(checkpoint: WorkflowCheckpoint) -> WorkflowCheckpoint:
+    """``checkpoint`` with its question answered at its deadline, and each step's code.
+
+    Format 5's ``answered_by`` (of the ask step ``approve``) and ``code`` (of
+    every recorded step) in ``step_info``.
+    """
+    data = checkpoint.to_dict()
+    for number, (name, info) in enumerate(data["step_info"].items()):
+        info["code"] = f"{number:x}" * 8
+        if name == "approve":
+            info["answered_by"] = "deadline"
+    return WorkflowCheckpoint.from_dict(data)
 
 
 async def _run(
@@ -205,9 +264,10 @@ class Samples:
     copy: WorkflowCheckpoint  # run[-1] after to_dict, json and from_dict
     waiting: tuple[WorkflowCheckpoint, ...]  # format 3: items, a skip, a question; then fails
     answered: tuple[WorkflowCheckpoint, ...]  # resumed from waiting[-1] with the answer
+    deadline: WorkflowCheckpoint  # answered[-1], answered at its deadline, with code
     children: WorkflowCheckpoint  # waiting[-1] with sub-workflow checkpoints in ``children``
     chain: tuple[WorkflowCheckpoint, ...]  # a long chain of Counted outputs (incremental)
-    spending: tuple[WorkflowCheckpoint, ...]  # run, with a ledger, in_flight, trace, lineage
+    spending: tuple[WorkflowCheckpoint, ...]  # run, with a ledger, in_flight, trace... attempts
     workers: tuple[tuple[WorkflowCheckpoint, ...], ...]  # each writer's seq 1-4 (writers)
 
     @classmethod
@@ -227,6 +287,7 @@ class Samples:
         children = _with_children(waiting[-1], research[-1])
         chain = await _run(_chain(CHAIN_LENGTH)) if incremental else ()
         count_ledger_rows(chain)
+        count_attempts(chain)
         workers = [run]
         for number in range(1, writers):
             fork = await _run(_workflow(variant=f" (worker {number})"), run[1])
@@ -240,6 +301,7 @@ class Samples:
             copy,
             waiting,
             answered,
+            _at_deadline(answered[-1]),
             children,
             chain,
             _spending(run),
@@ -303,12 +365,18 @@ class CountedRows(list[Any]):
 
     def __getitem__(self, index: Any) -> Any:
         found = super().__getitem__(index)
-        CountedRows.touched += len(found) if isinstance(index, slice) else 1
+        type(self).touched += len(found) if isinstance(index, slice) else 1
         return found
 
     def __iter__(self) -> Any:
-        CountedRows.touched += len(self)
+        type(self).touched += len(self)
         return super().__iter__()
+
+
+class CountedAttempts(CountedRows):
+    """A run's ``attempts`` entries that count how many a store reads, as `CountedRows`."""
+
+    touched = 0  # its own count: reset and read by the kit around each save
 
 
 def count_ledger_rows(chain: tuple[WorkflowCheckpoint, ...]) -> None:
@@ -327,6 +395,42 @@ def count_ledger_rows(chain: tuple[WorkflowCheckpoint, ...]) -> None:
         if fields.get("_shared") is shared and "_rows" in fields and "_rows_since" in fields:
             fields.pop("ledger", None)
             fields.pop("new_ledger", None)
+
+
+def count_attempts(chain: tuple[WorkflowCheckpoint, ...]) -> None:
+    """Make the checkpoints of ``chain`` read their ``attempts`` from a `CountedAttempts`.
+
+    As `count_ledger_rows`: ``attempts`` and ``new_attempts`` are computed
+    again, from it, when first read. A run that records no attempts entries
+    (``_ended``) gets one per ledger row, each checkpoint covering as many as it
+    covers ledger rows, so that the chain's attempts grow with it either way.
+    """
+    shared = vars(chain[0]).get("_shared") if chain else None  # the run's SharedFields
+    entries = getattr(shared, "attempts", None)
+    if not isinstance(entries, list):
+        return
+    recorded = any("_ended" in vars(checkpoint) for checkpoint in chain)
+    if not recorded:
+        entries = [
+            (row.step, row.item, row.attempt, _ended_as(row.outcome), _T + n, _T + n + 1)
+            for n, row in enumerate(shared.ledger)  # type: ignore[union-attr]
+        ]
+    shared.attempts = CountedAttempts(entries)  # type: ignore[union-attr]
+    for checkpoint in chain:
+        fields = vars(checkpoint)
+        if fields.get("_shared") is not shared:
+            continue
+        if not recorded and "_rows" in fields:
+            fields["_ended"] = fields["_rows"]
+            if "_rows_since" in fields:
+                fields["_ended_since"] = fields["_rows_since"]
+        fields.pop("attempts", None)
+        fields.pop("new_attempts", None)
+
+
+def _ended_as(outcome: str) -> str:
+    """A ledger row's outcome as an ``attempts`` entry's (an attempt that ran here ended)."""
+    return outcome if outcome in ATTEMPT_OUTCOMES else "ok"
 
 
 def _chain(length: int) -> Workflow:

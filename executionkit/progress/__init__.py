@@ -17,10 +17,11 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from executionkit._paths import join_path
 from executionkit._terminal import one_line, show
@@ -45,6 +46,7 @@ from executionkit.events import (
     StepRetried,
     StepSkipped,
     StepStarted,
+    WaitingForLimit,
 )
 from executionkit.progress._parts import PREFIX as _PREFIX
 from executionkit.progress._parts import Line as _Line
@@ -67,7 +69,13 @@ __all__ = ["ConsoleProgress"]
 _duration = duration  # as the status shows seconds; tests read it here
 _LIVE_EVERY = 0.1  # seconds: item events redraw the live line at most this often
 # What the steps of a map item's sub-workflow still get a line for, as items do.
-_SAID_OF_ITEMS = (StepRetried, StepInvalidated, QuestionAsked, QuestionAnswered)
+_SAID_OF_ITEMS = (
+    StepRetried,
+    StepInvalidated,
+    QuestionAsked,
+    QuestionAnswered,
+    WaitingForLimit,
+)
 
 
 class ConsoleProgress:
@@ -152,6 +160,7 @@ class ConsoleProgress:
         self._active = False  # between the run's RunStarted and its last event
         self._cost = TokenUsage()  # the whole run's, its sub-workflows' usage included
         self._wasted = TokenUsage()  # of it, what failed attempts spent (this call's)
+        self._dollars: Any = None  # the run's bill, when its events carry one (run(prices=))
         self._started: float | None = None
         self._waiting: dict[str, None] = {}  # questions waiting for an answer (by path), as asked
 
@@ -162,6 +171,8 @@ class ConsoleProgress:
         now = self._clock()
         run = self._follow(event, now)
         event = _escaped(event, run.path)
+        if run is self._root and getattr(event, "dollars", None) is not None:
+            self._dollars = event.dollars  # type: ignore[attr-defined]
         if isinstance(event, (StepRetried, StepFailed, ItemFailed)) and (
             event.usage.total_tokens or event.usage.llm_calls
         ):
@@ -240,6 +251,11 @@ class ConsoleProgress:
                     f"{_PREFIX}: {what} attempt {event.attempt} failed "
                     f"({_error_text(event.error)}); retrying in {_duration(event.delay)}"
                 )
+            case WaitingForLimit():
+                what = event.step if event.item is None else f"{event.step} item {event.item}"
+                until = "" if math.isinf(event.seconds) else f", {_duration(event.seconds)}"
+                text = f"{_PREFIX}: {what} waiting for limit {event.key}{until}"
+                line = _Line(text, status=True, notable=False)
             case StepFinished():
                 line = self._step_finished(event, run, now)
             case StepSkipped() | StepFailed():
@@ -376,6 +392,10 @@ class ConsoleProgress:
             if wasted.total_tokens or wasted.llm_calls:
                 spent += f" ({wasted.total_tokens:,} wasted by failed attempts)"
             parts.append(spent)
+        if self._dollars is not None:
+            from executionkit._prices import dollars_text  # noqa: PLC0415 - with prices only
+
+            parts.append(dollars_text(self._dollars))
         return ", ".join(parts)
 
     # --- writing --------------------------------------------------------------------------

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from executionkit._checkpoint._ledger import LedgerEntry
+    from executionkit._checkpoint._times import Attempt
 
 
 # One encoder for every call: json.dumps makes a new one whenever an option is given, a
@@ -104,7 +105,7 @@ def next_ledger_rows(
     ledger holds those ``held`` rows) were taken by the same run, and
     ``checkpoint.new_ledger`` starts right after them: the run's ledger only
     ever grows, so the stored rows are its first ``held`` ones. None otherwise
-    (compare row by row, `ledger_prefix`). ``previous`` None means the caller
+    (compare row by row, `common_prefix`). ``previous`` None means the caller
     checked the run itself.
     """
     fields = vars(checkpoint)
@@ -117,8 +118,49 @@ def next_ledger_rows(
     return checkpoint.new_ledger
 
 
-def ledger_prefix(held: Sequence[object], wanted: Sequence[LedgerEntry]) -> int:
-    """How many rows ``held`` and ``wanted`` have in common from the start (the slow path)."""
+def attempts_length(checkpoint: WorkflowCheckpoint) -> int:
+    """How many entries ``checkpoint.attempts`` holds, in O(1) for a checkpoint a run took.
+
+    As `ledger_length`: such a checkpoint counts them in ``_ended`` (none
+    without it) and reading ``attempts`` would copy the run's entries.
+    """
+    fields = vars(checkpoint)
+    if "attempts" not in fields and "_shared" in fields:
+        ended = fields.get("_ended", 0)
+        if type(ended) is int:
+            return ended
+    return len(checkpoint.attempts)
+
+
+def next_attempts(
+    checkpoint: WorkflowCheckpoint, previous: WorkflowCheckpoint | None, held: int
+) -> tuple[Attempt, ...] | None:
+    """The ``attempts`` entries to append to ``held`` stored ones, if known in O(new entries).
+
+    As `next_ledger_rows`: known when ``checkpoint`` (and ``previous``, the
+    stored checkpoint, unless None) was taken by the run whose first ``held``
+    entries are stored, and its ``new_attempts`` start right after them. None
+    otherwise: compare entry by entry (`common_prefix`).
+    """
+    fields = vars(checkpoint)
+    shared = fields.get("_shared")
+    if shared is None or (previous is not None and vars(previous).get("_shared") is not shared):
+        return None
+    ended = fields.get("_ended")
+    if ended is None:  # no attempt counted: none, unless the run gave them whole
+        return None if held or checkpoint.attempts else ()
+    # Without "_ended_since" the run ended no attempt since the checkpoint before.
+    if fields.get("_ended_since", ended) != held:
+        return None
+    return checkpoint.new_attempts
+
+
+def common_prefix(held: Sequence[object], wanted: Sequence[object]) -> int:
+    """How many entries ``held`` and ``wanted`` have in common from the start (the slow path).
+
+    For the append-only logs (ledger rows, attempts): the stored entries a
+    checkpoint keeps; those after it are dropped and its own written instead.
+    """
     kept = 0
     for stored, row in zip(held, wanted, strict=False):
         if stored != row:

@@ -17,11 +17,13 @@ from executionkit._checkpoint._value import FORMAT_VERSION, WorkflowCheckpoint
 from executionkit._errors import CheckpointFormatError, CheckpointValueError
 from executionkit.stores._claims import claimed, lock_owner
 from executionkit.stores._common import (
+    attempts_length,
+    common_prefix,
     dumps,
     encode,
     ledger_length,
-    ledger_prefix,
     loads,
+    next_attempts,
     next_ledger_rows,
     same_json,
     stale,
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from executionkit._checkpoint._ledger import LedgerEntry
+    from executionkit._checkpoint._times import Attempt
     from executionkit._owner import RunOwner
 
 
@@ -84,25 +87,31 @@ class JsonLinesStore:
 
     The line format (compact JSON, one object per line): ``s`` is ``seq``;
     ``n`` maps each newly recorded step to ``[output, info]``, where ``info``
-    is the list of its dependencies, or ``{"v": version, "d": dependencies}``
-    for a versioned step; ``c`` is the token usage ``[input, output, calls]``
+    is the list of its dependencies, or for a versioned step (or any other)
+    ``{"v": version, "d": dependencies}`` with ``"k"`` (its kind, unless a
+    plain step), ``"c"`` (its ``code``) and ``"a"`` (its ``answered_by``) when
+    it has them; ``c`` is the token usage ``[input, output, calls]``
     and ``t`` the time; ``errors``, ``progress`` and ``progress_info`` appear
     when there are any; ``i`` holds the items of unfinished maps recorded
     since the line before; ``l`` the cost ledger's rows written since the line
     before (``ledger`` rows of `WorkflowCheckpoint.to_dict`, each written once),
     with ``lk``, the number of rows the file held that still count, only when
-    the checkpoint does not extend them; ``f`` the attempts in flight when the
+    the checkpoint does not extend them; ``a`` and ``ak`` the same for the
+    ``attempts`` entries (format 5: when each attempt ran), each written once;
+    ``f`` the attempts in flight when the
     checkpoint was taken (``in_flight``), when there are any, or instead
     ``fd``, ``[ended, started]``: those of the line before that ended and those
     started since (when that is shorter); and ``x`` holds
-    any other key of `WorkflowCheckpoint.to_dict` when not empty
-    (``skipped``, ``pending``, ``children``). A line that starts a run, or changes what
-    the file holds otherwise (a resumed run dropped outputs or reordered them,
-    or passed new metadata or context keys), also holds ``run``: the
-    ``run_id``, ``context_keys``, ``metadata``, the run's ``trace`` and
-    ``lineage`` (when it has them) and ``keep``, every output name the
-    checkpoint records, in order. A ``run`` of another ``run_id`` starts the
-    ledger over.
+    any other key of `WorkflowCheckpoint.to_dict` when not empty, whole:
+    ``skipped``, ``pending``, ``children``, and format 5's ``waits`` and
+    ``in_flight_items`` (a few entries each, one per step waiting or map
+    running, so written whole on each line). A line that starts a run, or
+    changes what the file holds otherwise (a resumed run dropped outputs or
+    reordered them, or passed new metadata or context keys), also holds
+    ``run``: the ``run_id``, ``context_keys``, ``metadata``, the run's
+    ``trace`` and ``lineage`` (when it has them) and ``keep``, every output
+    name the checkpoint records, in order. A ``run`` of another ``run_id``
+    starts the ledger and the attempts over.
 
     `load` reads the file once and folds the lines in order, rebuilding the
     latest checkpoint exactly (``to_dict()`` equal, output order included). A
@@ -623,7 +632,7 @@ def same_run_fields(previous: WorkflowCheckpoint, checkpoint: WorkflowCheckpoint
 def _add_later_keys(
     line: dict[str, Any], checkpoint: WorkflowCheckpoint, previous: WorkflowCheckpoint | None
 ) -> None:
-    """Add what formats 3 and 4 added to ``line``: ``i``, ``lk``, ``l``, ``f`` and ``x``."""
+    """Add what formats 3 to 5 added: ``i``, ``lk``, ``l``, ``ak``, ``a``, ``f`` and ``x``."""
     if checkpoint.items:
         if next_items(checkpoint, previous):  # only what is new: O(new items)
             line["i"] = new_item_entries(checkpoint)
@@ -634,6 +643,11 @@ def _add_later_keys(
         line["lk"] = keep
     if rows:
         line["l"] = [row.to_list() for row in rows]
+    entries, kept = _attempt_entries(checkpoint, previous)
+    if kept is not None:
+        line["ak"] = kept
+    if entries:
+        line["a"] = [list(entry) for entry in entries]
     line.update(_in_flight(checkpoint, previous))
     extra = extra_fields(checkpoint)
     if extra:
@@ -683,7 +697,25 @@ def _ledger_rows(
     if rows is not None:
         return rows, None
     held, wanted = previous.ledger, checkpoint.ledger
-    kept = ledger_prefix(held, wanted)
+    kept = common_prefix(held, wanted)
+    return wanted[kept:], (kept if kept < len(held) else None)
+
+
+def _attempt_entries(
+    checkpoint: WorkflowCheckpoint, previous: WorkflowCheckpoint | None
+) -> tuple[Sequence[Attempt], int | None]:
+    """The ``attempts`` entries a line appends (``a``), and how many held ones it keeps (``ak``).
+
+    As `_ledger_rows`: the run's next checkpoint appends its ``new_attempts``,
+    O(new entries); any other is compared entry by entry with the file's.
+    """
+    if previous is None:
+        return checkpoint.attempts, None
+    entries = next_attempts(checkpoint, previous, attempts_length(previous))
+    if entries is not None:
+        return entries, None
+    held, wanted = previous.attempts, checkpoint.attempts
+    kept = common_prefix(held, wanted)
     return wanted[kept:], (kept if kept < len(held) else None)
 
 

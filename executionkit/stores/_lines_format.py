@@ -21,9 +21,11 @@ COST = ("input_tokens", "output_tokens", "llm_calls")
 
 # The keys of `WorkflowCheckpoint.to_dict` a line writes in its own compact way: those
 # of format 2, "items" (under "i", see _lines_items), "ledger" (its new rows under "l"),
-# "in_flight" (under "f") and the run's "trace" and "lineage" (in "run", like its
-# metadata); any other key (those a later format adds) is carried as it is under "x".
-_WRITTEN = KEYS_BY_VERSION[2] | {"items", "ledger", "in_flight", "trace", "lineage"}
+# "attempts" (its new entries under "a"), "in_flight" (under "f") and the run's "trace"
+# and "lineage" (in "run", like its metadata); any other key (those a later format adds;
+# format 5's "waits" and "in_flight_items", a few entries each) is carried as it is under
+# "x".
+_WRITTEN = KEYS_BY_VERSION[2] | {"items", "ledger", "attempts", "in_flight", "trace", "lineage"}
 _FIELDS = tuple(field.name for field in dataclasses.fields(WorkflowCheckpoint))
 # What a copy of a checkpoint without its large fields holds instead (see extra_fields).
 _LIGHT: dict[str, Any] = {
@@ -33,6 +35,8 @@ _LIGHT: dict[str, Any] = {
     "new_items": {},
     "ledger": (),
     "new_ledger": (),
+    "attempts": (),
+    "new_attempts": (),
     "in_flight": (),
     "trace": None,
     "lineage": {},
@@ -42,8 +46,20 @@ _LATER = tuple(sorted(KEYS_BY_VERSION[FORMAT_VERSION] - _WRITTEN))
 _STATE_ONLY = ("extra", "unfinished")
 # Each key of the current format as an empty checkpoint writes it.
 _EMPTY = WorkflowCheckpoint(step_index=0, outputs={}, cost=TokenUsage()).to_dict()
-_ROW = "a list of ledger rows [step, item, attempt, outcome, model, input, output, calls]"
-
+# The append-only logs a line extends: the ledger's rows and the attempts. Each is the
+# field, the key of the entries a line appends, the key of how many held ones it keeps
+# (only when it does not keep them all), and what its entries are, for messages.
+Log = tuple[str, str, str, str, str]
+_LOGS: tuple[Log, ...] = (
+    (
+        "ledger",
+        "l",
+        "lk",
+        "ledger rows",
+        "[step, item, attempt, outcome, model, input, output, calls]",
+    ),
+    ("attempts", "a", "ak", "attempts", "[step, item, attempt, outcome, started, ended]"),
+)
 
 LogPrefix = tuple[Any, int]
 """A run's output log and a length: the outputs a file rebuilds to are its first names."""
@@ -130,25 +146,48 @@ def unfinished(checkpoint: WorkflowCheckpoint) -> list[str]:
     return [name for name in named if name in info and name not in outputs]
 
 
+# Format 5's optional keys of a step info entry, and the short keys a line writes them
+# under, in the order an entry lists them (see executionkit._checkpoint._step_info).
+_LATER_INFO = (("code", "c"), ("answered_by", "a"))
+_PACKED_KEYS = frozenset({"v", "d", "k", *(short for _, short in _LATER_INFO)})
+
+
 def pack_info(info: Mapping[str, Any] | None) -> object:
-    """A step's version and dependencies, compactly: a list, a dict if versioned, or null."""
+    """A step's info, compactly: its dependencies as a list, else a dict, or null.
+
+    The list when that is all there is (no version, a plain step); otherwise
+    ``{"v": version, "d": dependencies}``, plus ``"k"`` (the kind, unless a
+    plain step), ``"c"`` (the code fingerprint) and ``"a"`` (``answered_by``)
+    when the entry has them.
+    """
     if info is None:  # a hand-made checkpoint without step_info
         return None
     deps = list(info["depends_on"])
+    if len(info) == 2 and info["version"] is None:  # noqa: PLR2004 - version and depends_on
+        return deps
+    packed = {"v": info["version"], "d": deps}
     kind = info.get("kind")
     if kind is not None:
-        return {"v": info["version"], "d": deps, "k": kind}
-    return deps if info["version"] is None else {"v": info["version"], "d": deps}
+        packed["k"] = kind
+    for key, short in _LATER_INFO:
+        if key in info:
+            packed[short] = info[key]
+    return packed
 
 
 def unpack_info(packed: object) -> dict[str, Any] | None:
+    """The step info entry `pack_info` packed (checked later, by `WorkflowCheckpoint`)."""
     if packed is None or isinstance(packed, list):
         return None if packed is None else {"version": None, "depends_on": packed}
-    if isinstance(packed, dict) and set(packed) == {"v", "d"}:
-        return {"version": packed["v"], "depends_on": packed["d"]}
-    if isinstance(packed, dict) and set(packed) == {"v", "d", "k"}:
-        return {"version": packed["v"], "depends_on": packed["d"], "kind": packed["k"]}
-    msg = "step info must be a list, {'v': ..., 'd': [...]}, {'v', 'd', 'k'} or null"
+    if isinstance(packed, dict) and {"v", "d"} <= packed.keys() <= _PACKED_KEYS:
+        info = {"version": packed["v"], "depends_on": packed["d"]}
+        if "k" in packed:
+            info["kind"] = packed["k"]
+        for key, short in _LATER_INFO:
+            if short in packed:
+                info[key] = packed[short]
+        return info
+    msg = "step info must be a list, {'v', 'd'} (with 'k', 'c', 'a' if any) or null"
     raise ValueError(msg)
 
 
@@ -206,9 +245,16 @@ class Rebuild:
         else:
             state["items"] = {}  # a map the line does not name has no items
         state["extra"] = extra
-        state["ledger"] = self._ledger(line, state["ledger"], number)
-        state["in_flight"] = self._in_flight(line, running, number)
+        self._fold_lists(line, state, running, number)
         self.state = state
+
+    def _fold_lists(
+        self, line: dict[str, Any], state: dict[str, Any], running: list[Any], number: int
+    ) -> None:
+        """Apply the line's ledger rows, attempts and attempts in flight to ``state``."""
+        for log in _LOGS:
+            state[log[0]] = self._appended(line, state[log[0]], number, log)
+        state["in_flight"] = self._in_flight(line, running, number)
 
     def _in_flight(self, line: dict[str, Any], held: list[Any], number: int) -> Any:
         """The attempts in flight after the line: ``f``, or ``fd`` applied to ``held``, or none."""
@@ -225,19 +271,24 @@ class Rebuild:
         ended, started = change
         return [attempt for attempt in held if attempt not in ended] + started
 
-    def _ledger(self, line: dict[str, Any], ledger: list[Any], number: int) -> list[Any]:
-        """The ledger rows after the line: the first ``lk`` held (all without it), then ``l``."""
-        keep = line.get("lk")
+    def _appended(self, line: dict[str, Any], held: list[Any], number: int, log: Log) -> list[Any]:
+        """A log after the line: its first ``keep`` entries held (all without), then ``key``'s.
+
+        ``log`` is one of `_LOGS`: ``l`` and ``lk`` for the ledger's rows, ``a``
+        and ``ak`` for the attempts.
+        """
+        _, key, keep_key, noun, shape = log
+        keep = line.get(keep_key)
         if keep is not None:
-            if type(keep) is not int or not 0 <= keep <= len(ledger):
-                detail = f"'lk' must count ledger rows the lines before hold (0 to {len(ledger)})"
+            if type(keep) is not int or not 0 <= keep <= len(held):
+                detail = f"{keep_key!r} must count {noun} the lines before hold (0 to {len(held)})"
                 raise self.bad(number, detail)
-            del ledger[keep:]
-        rows = line.get("l", [])
-        if not isinstance(rows, list) or not all(isinstance(row, list) for row in rows):
-            raise self.bad(number, f"'l' must be {_ROW}")
-        ledger += rows
-        return ledger
+            del held[keep:]
+        entries = line.get(key, [])
+        if not isinstance(entries, list) or not all(isinstance(entry, list) for entry in entries):
+            raise self.bad(number, f"{key!r} must be a list of {noun} {shape}")
+        held += entries
+        return held
 
     def _check(
         self, line: object, number: int
@@ -303,12 +354,14 @@ class Rebuild:
         for name, entry in new.items():
             outputs.setdefault(name, entry[0])
         run_id = run.get("run_id")
-        # The ledger is the run's: a line starting another run starts it over.
+        # The ledger and the attempts are the run's: a line starting another run starts
+        # them over.
         same_run = old is not None and old["run_id"] == run_id
         return {
             "version": FORMAT_VERSION,
             "run_id": run_id,
             "ledger": old["ledger"] if same_run and old is not None else [],
+            "attempts": old["attempts"] if same_run and old is not None else [],
             "context_keys": run.get("context_keys", []),
             "metadata": run.get("metadata", {}),
             "trace": run.get("trace"),
@@ -333,7 +386,8 @@ class Rebuild:
         for key in _LATER:
             data[key] = _EMPTY[key].copy()  # left out of a line when empty
         data.update(state["extra"])
-        data["ledger"] = list(state["ledger"])  # the state keeps growing: a copy
+        for field, *_ in _LOGS:
+            data[field] = list(state[field])  # the state keeps growing: a copy
         where = f"{self.path}: the lines do not rebuild into a valid checkpoint"
         return rebuilt(data, where)
 

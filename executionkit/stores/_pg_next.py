@@ -1,11 +1,11 @@
 """`PostgresStore`'s fast save as one statement: one client-server round trip per checkpoint.
 
 The writes of `executionkit.stores._sql_next` (the fenced update of the run
-row, the header, the new output, item and ledger rows) as data-modifying CTEs
+row, the header, the new output, item, ledger and attempts rows) as data-modifying CTEs
 of a single statement. Every insert selects ``FROM run``, the fenced update's
 ``RETURNING``: if the fence changes no row, the statement inserts nothing and
 returns no row, and the store runs the full save, which reads and raises what
-is due. The new rows travel as three JSON texts, one list of rows each,
+is due. The new rows travel as four JSON texts, one list of rows each,
 unpacked by ``json_array_elements`` (psycopg adapts a Python list per column
 in Python, which cost more than the rest of the save's client side), so the
 SQL text is one of two constants (with and without history) and its
@@ -57,6 +57,12 @@ _ROWS = """outputs AS (
     SELECT %(run_id)s, (l->>0)::bigint, %(seq)s, NULL, l->>1, l->>2, (l->>3)::bigint, l->>4,
         l->>5, (l->>6)::bigint, (l->>7)::bigint, (l->>8)::bigint
     FROM run, json_array_elements(%(ledger)s::json) AS l
+), attempts AS (
+    INSERT INTO executionkit_attempts (run_id, ord, added, dropped, step, item, attempt,
+        outcome, started, ended)
+    SELECT %(run_id)s, (a->>0)::bigint, %(seq)s, NULL, a->>1, a->>2, (a->>3)::bigint, a->>4,
+        (a->>5)::bigint, (a->>6)::bigint
+    FROM run, json_array_elements(%(attempts)s::json) AS a
 )
 SELECT written FROM run"""
 _WITH_HISTORY = _RUN + _ADD_HEADER + _ROWS
@@ -82,6 +88,7 @@ def one_statement(
         "outputs": dumps(plan.outputs),
         "items": dumps(plan.items),
         "ledger": dumps(plan.ledger),
+        "attempts": dumps(plan.attempts),
     }
     return (_WITH_HISTORY if keeps_history else _WITHOUT_HISTORY), params
 

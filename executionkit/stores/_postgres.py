@@ -3,26 +3,38 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from executionkit.stores import _pg_claims, _pg_next
 from executionkit.stores._history import check_seq
 from executionkit.stores._sql import SqlCheckpoints
 from executionkit.stores._sql_next import finish
-from executionkit.stores._sql_schema import Dialect, tables, upgrade
+from executionkit.stores._sql_schema import (
+    LIMITS_LOCK,
+    LIMITS_ROW,
+    LIMITS_TABLE,
+    LIMITS_UPDATE,
+    Dialect,
+    tables,
+    upgrade,
+)
 from executionkit.stores._sqlite import check_keep_last
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     from executionkit._checkpoint._value import WorkflowCheckpoint
     from executionkit._owner import RunOwner
     from executionkit.stores._history import CheckpointInfo
     from executionkit.stores._sql_next import Known, NextSave
     from executionkit.stores._sql_schema import Rows
+
+_T = TypeVar("_T")
+
 
 # Serialises creating the tables: concurrent CREATE ... IF NOT EXISTS can still collide.
 _SCHEMA_LOCK = 0x6578_6B69  # "exki"
@@ -81,9 +93,9 @@ class PostgresStore:
     changes no row, nothing is written and the save locks and compares as
     above. The tables (and the sequence ``executionkit_written``) are created
     on first use, under an advisory lock, with ``executionkit_schema``
-    holding their version (4; a version 2 or 3 database is upgraded in place
-    by the first write, under that lock: schema 4 drops the indexes on
-    ``dropped``).
+    holding their version (5; a version 2, 3 or 4 database is upgraded in
+    place by the first write, under that lock: schema 4 drops the indexes on
+    ``dropped``, schema 5 adds the table ``executionkit_attempts``).
     Reads run in one ``REPEATABLE READ`` snapshot.
 
     A run is owned by one live process at a time (`claim`, which `Workflow.run`
@@ -139,6 +151,7 @@ class PostgresStore:
         self._lock = threading.RLock()
         self._own: Any = None  # the connection opened from a connection string
         self._ready = False  # tables created (or found) by this store object
+        self._limits_ready = False  # the table of shared limits, likewise
         self._claims = _pg_claims.RunClaims(self._lock)
 
     def __repr__(self) -> str:
@@ -307,6 +320,29 @@ class PostgresStore:
             with self._claims.hold(repr(self), session, lock, run_id) as stored:
                 yield stored
 
+    def limit_state(self, key: str, change: Callable[[object], tuple[object, _T]]) -> _T:
+        """Change the shared state of limit ``key`` in one transaction; return its result.
+
+        As `SQLiteStore.limit_state`: every worker on this database draws on
+        one window per key. The row is locked (``SELECT ... FOR UPDATE``) for
+        the transaction, so changes of workers are serialised by the database.
+        """
+
+        def work(db: _Adapter) -> _T:
+            if not self._limits_ready:
+                db.execute(_DIALECT.lock_schema)  # concurrent CREATE ... IF NOT EXISTS collide
+                db.execute(LIMITS_TABLE)
+            db.execute(LIMITS_ROW, (key,))
+            row = db.execute(LIMITS_LOCK, (key,)).fetchone()
+            new, result = change(json.loads(row[0]))
+            db.execute(LIMITS_UPDATE, (json.dumps(new), key))
+            return result
+
+        with self._connection() as connection, connection.transaction():
+            result = work(_Adapter(connection))
+        self._limits_ready = True
+        return result
+
     def owner(self, run_id: str) -> RunOwner | None:
         """The process that owns ``run_id`` now, or None if no live session claims it."""
         found: RunOwner | None = self._run(
@@ -382,7 +418,7 @@ class PostgresStore:
                 if found[0] is None:
                     return None
                 if write:
-                    self._sql.upgrade(db)  # schema 2 to 3, under the advisory lock
+                    self._sql.upgrade(db)  # schemas 2 to 4, under the advisory lock
                 else:
                     self._sql.check_version(db, reading=True)
             return work(db)

@@ -10,8 +10,9 @@ or before k, in the order they were written (``ord``), which is the order the
 run recorded them. A save therefore writes one header and one row per new
 output, whatever the length of the run. The items of unfinished maps are rows
 too, of their own table (see `executionkit.stores._sql_items`), and so are the
-rows of the cost ledger (`executionkit.stores._sql_ledger`): the header holds
-only their number, so its size does not grow with the run. A run's kept
+rows of the cost ledger (`executionkit.stores._sql_ledger`) and the entries of
+``attempts`` (`executionkit.stores._sql_attempts`): the header holds only
+their number, so its size does not grow with the run. A run's kept
 checkpoints are listed from the headers and the rows' seqs alone, or all
 rebuilt, in `executionkit.stores._sql_history`; rows are encoded and decoded
 in `executionkit.stores._sql_codec`, and the run's next checkpoint is saved
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from executionkit._errors import CheckpointFormatError
 from executionkit.stores._common import dumps, loads, stale
 from executionkit.stores._history import CheckpointInfo, CheckpointNotKeptError
+from executionkit.stores._sql_attempts import FORGET_DROPPED_ATTEMPTS, AttemptRows
 from executionkit.stores._sql_codec import SqlCodec
 from executionkit.stores._sql_history import every_checkpoint, kept_seqs, list_checkpoints
 from executionkit.stores._sql_items import (
@@ -61,10 +63,13 @@ if TYPE_CHECKING:
 
     from executionkit._checkpoint._value import WorkflowCheckpoint
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # The schema versions this store reads; a write upgrades the ones before (2, without the
-# ledger table; 3, with indexes on dropped and, in SQLite, rowid tables) in place.
-_READABLE = (2, 3, 4)
+# ledger table; 3, with indexes on dropped and, in SQLite, rowid tables; 4, without the
+# attempts table) in place.
+_READABLE = (2, 3, 4, 5)
+# The schema version from which the tables are as `Dialect.upgrade` leaves them.
+_UPGRADED = 4
 # What an older schema version lacks, for the message refusing it.
 _OLDER = {
     1: (
@@ -100,37 +105,44 @@ class SqlCheckpoints:
         self.codec = SqlCodec(name)
         self.items = ItemRows(name)
         self.ledger = LedgerRows(name)
+        self.attempts = AttemptRows(name)
         self.version = SCHEMA_VERSION
         self.fence = fence(dialect.next_written)
 
     # --- schema ---------------------------------------------------------------------
 
     def create(self, db: Database) -> None:
-        """Create the tables if missing, then check their schema version (upgrading 2, 3)."""
+        """Create the tables if missing, then check their schema version (upgrading 2 to 4)."""
         for statement in self.dialect.schema:
             db.execute(statement)
         db.execute(SCHEMA_ROW, (SCHEMA_VERSION,))
         self.upgrade(db)
 
     def upgrade(self, db: Database) -> None:
-        """Before a write: check the schema version, and upgrade version 2 or 3 to 4 in place.
+        """Before a write: check the schema version, and upgrade versions 2 to 4 to 5 in place.
 
         Schema 3 added the table ``executionkit_ledger`` (a schema 2 database
         holds checkpoints of format 3 and older, which have no ledger: the table
         is created empty). Schema 4 has no index on ``dropped``, and SQLite's
         runs and headers tables are ``WITHOUT ROWID`` (copied into new tables
-        once, by `Dialect.upgrade`). The upgrade runs in the write's
-        transaction, under the schema lock (SQLite's write lock, taken by
-        ``BEGIN IMMEDIATE``; PostgreSQL's advisory lock), so two writers never
-        both run it; a store of an older executionkit then refuses the database.
+        once, by `Dialect.upgrade`). Schema 5 adds the table
+        ``executionkit_attempts``, created empty: the headers written before
+        hold their checkpoints' attempts whole, and are read so. The upgrade
+        runs in the write's transaction, under the schema lock (SQLite's write
+        lock, taken by ``BEGIN IMMEDIATE``; PostgreSQL's advisory lock), so two
+        writers never both run it; a store of an older executionkit then
+        refuses the database.
         """
-        if self.check_version(db, reading=True) == SCHEMA_VERSION:
+        found = self.check_version(db, reading=True)
+        if found == SCHEMA_VERSION:
             return
         if self.dialect.lock_schema:
             db.execute(self.dialect.lock_schema)
-            if self.check_version(db, reading=True) == SCHEMA_VERSION:
+            found = self.check_version(db, reading=True)
+            if found == SCHEMA_VERSION:
                 return  # upgraded by another writer while this one waited
-        for statement in (*self.dialect.schema, *self.dialect.upgrade):
+        upgrade = self.dialect.upgrade if found < _UPGRADED else ()
+        for statement in (*self.dialect.schema, *upgrade):
             db.execute(statement)
         db.execute(
             "UPDATE executionkit_schema SET version = ? WHERE version < ?",
@@ -140,8 +152,9 @@ class SqlCheckpoints:
     def check_version(self, db: Database, *, reading: bool = False) -> int:
         """The tables' schema version; `CheckpointFormatError` unless this store reads it.
 
-        A read accepts schemas 2 and 3 too (the same columns; schema 2 has no
-        ledger rows); a write upgrades them first (`upgrade`).
+        A read accepts schemas 2 to 4 too (the same columns; schema 2 has no
+        ledger rows, and before 5 no attempts rows); a write upgrades them first
+        (`upgrade`).
         """
         versions = [
             row[0] for row in db.execute("SELECT version FROM executionkit_schema").fetchall()
@@ -239,9 +252,19 @@ class SqlCheckpoints:
         ledger, next_ord, ledger_appended = self.ledger.save(
             db, run_id, checkpoint, next_ord, live
         )
+        live = known.attempts if after and known is not None else None
+        attempts, next_ord, attempts_appended = self.attempts.save(
+            db, run_id, checkpoint, next_ord, live
+        )
         db.execute(ADD_HEADER, (run_id, seq, checkpoint.created_at, header))
         if not self.keeps_history and stored_seq >= 0:
-            needed = (not forgotten, not outputs_appended, not items_appended, not ledger_appended)
+            needed = (
+                not forgotten,
+                not outputs_appended,
+                not items_appended,
+                not ledger_appended,
+                not attempts_appended,
+            )
             self._forget(db, run_id, stored_seq, needed)
         # The WHERE clause repeats the seq check made under the lock: even a writer
         # that skipped it could never move a run backwards.
@@ -253,19 +276,28 @@ class SqlCheckpoints:
         if done is None:  # pragma: no cover - the lock makes this unreachable
             raise stale(self.name, checkpoint, stored_seq)
         return Known(
-            run_id, lineage(checkpoint), seq, done[0], next_ord, names, ords, maps, ledger, header
+            run_id,
+            lineage(checkpoint),
+            seq,
+            done[0],
+            next_ord,
+            names,
+            ords,
+            maps,
+            ledger,
+            attempts,
+            header,
         )
 
     @staticmethod
-    def _forget(
-        db: Database, run_id: str, stored_seq: int, needed: tuple[bool, bool, bool, bool]
-    ) -> None:
+    def _forget(db: Database, run_id: str, stored_seq: int, needed: tuple[bool, ...]) -> None:
         """Delete the replaced header and the rows no kept checkpoint sees, as ``needed``."""
         forget = (
             (FORGET_HEADER, (run_id, stored_seq)),
             (FORGET_DROPPED, (run_id, run_id)),
             (FORGET_DROPPED_ITEMS, (run_id, run_id)),
             (FORGET_DROPPED_LEDGER, (run_id, run_id)),
+            (FORGET_DROPPED_ATTEMPTS, (run_id, run_id)),
         )
         for (statement, params), wanted in zip(forget, needed, strict=True):
             if wanted:
@@ -469,6 +501,7 @@ class SqlCheckpoints:
             db.execute(FORGET_DROPPED, (run_id, run_id))
             db.execute(FORGET_DROPPED_ITEMS, (run_id, run_id))
             db.execute(FORGET_DROPPED_LEDGER, (run_id, run_id))
+            db.execute(FORGET_DROPPED_ATTEMPTS, (run_id, run_id))
             removed += count
         return removed
 
@@ -479,6 +512,7 @@ class SqlCheckpoints:
             "executionkit_outputs",
             "executionkit_items",
             "executionkit_ledger",
+            "executionkit_attempts",
             "executionkit_headers",
             "executionkit_runs",
         )
@@ -491,8 +525,9 @@ class SqlCheckpoints:
     # --- decoding -------------------------------------------------------------------
 
     def _at(self, db: Database, run_id: str, seq: int) -> WorkflowCheckpoint:
-        """The checkpoint of ``run_id`` at ``seq``: its header, outputs and items."""
+        """The checkpoint of ``run_id`` at ``seq``: its header, outputs, items and logs."""
         header = self.ledger.as_of(db, run_id, seq, self._read_header(db, run_id, seq))
+        header = self.attempts.as_of(db, run_id, seq, header)
         rows = db.execute(AS_OF, (run_id, seq, seq)).fetchall()
         entries = [self.codec.entry(run_id, name, value) for name, value in rows]
         items = self.items.as_of(db, run_id, seq, self.codec.decoder(run_id))

@@ -2,8 +2,10 @@
 
 A checkpoint's header is its ``to_dict()`` without the outputs, ``step_index``
 and the step info of recorded steps (each rides with its output row), its
-map items reduced to each map's cost (the items are rows) and its ledger to
-the number of rows; an output row's value is ``[output, step info]``. Reading
+map items reduced to each map's cost (the items are rows), its ledger and its
+attempts to their number of rows; an output row's value is ``[output, step
+info]``, the step info as ``to_dict()`` writes it (format 5's ``code`` and
+``answered_by`` included). Reading
 checks every stored value's type and names the store, the run and the field
 in `CheckpointFormatError`.
 """
@@ -15,9 +17,10 @@ import json
 import reprlib
 from typing import TYPE_CHECKING, Any
 
+from executionkit._checkpoint._fields import info_dict
 from executionkit._checkpoint._value import WorkflowCheckpoint, trusted_checkpoint
 from executionkit._errors import CheckpointFormatError
-from executionkit.stores._common import dumps, ledger_length, loads, rebuilt
+from executionkit.stores._common import attempts_length, dumps, ledger_length, loads, rebuilt
 from executionkit.stores._lines_format import unfinished
 from executionkit.stores._sql_items import header_items, slim_header_items
 from executionkit.stores._unstorable import unstorable
@@ -60,6 +63,8 @@ class SqlCodec:
                 "new_items": {},
                 "ledger": (),  # the ledger too: the header holds their number
                 "new_ledger": (),
+                "attempts": (),  # and the attempts
+                "new_attempts": (),
             }
             for name in _FIELDS:
                 if name not in fields:
@@ -70,6 +75,8 @@ class SqlCodec:
             data["items"] = slim_header_items(data["items"])
             if "ledger" in data:
                 data["ledger"] = ledger_length(checkpoint)
+            if "attempts" in data:
+                data["attempts"] = attempts_length(checkpoint)
             text = dumps(data)
             text.encode("utf-8")  # a lone surrogate must fail here, not in the driver
         except (TypeError, ValueError, RecursionError) as exc:
@@ -79,11 +86,7 @@ class SqlCodec:
     def value(self, checkpoint: WorkflowCheckpoint, name: str) -> str:
         """One output and its step info as JSON: ``[output, info or null]``."""
         info = checkpoint.step_info.get(name)
-        packed = None
-        if info is not None:
-            packed = {"version": info["version"], "depends_on": list(info["depends_on"])}
-            if "kind" in info:
-                packed["kind"] = info["kind"]
+        packed = None if info is None else info_dict(info)
         try:
             text = dumps([checkpoint.outputs[name], packed])
             text.encode("utf-8")

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from executionkit._checkpoint._value import WorkflowCheckpoint
     from executionkit.stores._sql import SqlCheckpoints
+    from executionkit.stores._sql_ledger import LogRows
     from executionkit.stores._sql_schema import Database
 
 _SEQS = "SELECT seq FROM executionkit_headers WHERE run_id = ? ORDER BY seq"
@@ -96,7 +97,8 @@ def every_checkpoint(sql: SqlCheckpoints, db: Database, run_id: str) -> list[Wor
     """Every kept checkpoint of ``run_id``, rebuilt, oldest first.
 
     Each row is decoded once and its output shared by the checkpoints that hold
-    it, as the checkpoints a run takes share their outputs (and ledger rows);
+    it, as the checkpoints a run takes share their outputs (and ledger rows and
+    attempts);
     each checkpoint is still validated whole, so this costs O(checkpoints x outputs): list with
     `list_checkpoints` and load the one wanted instead.
     """
@@ -119,20 +121,34 @@ def every_checkpoint(sql: SqlCheckpoints, db: Database, run_id: str) -> list[Wor
         (sql.codec.stored_int(run_id, "seq", seq), sql.codec.parse_header(run_id, header))
         for seq, header in headers
     ]
-    ledger = []
-    if any(sql.ledger.counts(header) for _, header in parsed):  # none in a schema 2 database
-        ledger = [
-            (row, sql.codec.stored_int(run_id, "added seq", added), _dropped(sql, run_id, dropped))
-            for row, added, dropped in sql.ledger.every(db, run_id)
-        ]
+    # Rows none of the headers counts are not read (a schema 2 database has no ledger).
+    logs = [(log, _log_rows(sql, db, run_id, log, parsed)) for log in (sql.ledger, sql.attempts)]
     result = []
     for at, header in parsed:
         visible = [entry for entry, added, dropped in rows if _held(added, dropped, at)]
         held = [row for row, added, dropped in items if _held(added, dropped, at)]
-        spent = [row for row, added, dropped in ledger if _held(added, dropped, at)]
-        filled = sql.items.fill(run_id, sql.ledger.fill(run_id, at, header, spent), held)
-        result.append(sql.codec.rebuild(run_id, filled, visible))
+        filled = header
+        for log, log_rows in logs:
+            kept = [row for row, added, dropped in log_rows if _held(added, dropped, at)]
+            filled = log.fill(run_id, at, filled, kept)
+        result.append(sql.codec.rebuild(run_id, sql.items.fill(run_id, filled, held), visible))
     return result
+
+
+def _log_rows(
+    sql: SqlCheckpoints,
+    db: Database,
+    run_id: str,
+    log: LogRows,
+    parsed: list[tuple[int, dict[str, Any]]],
+) -> list[tuple[list[Any], int, int | None]]:
+    """Every row of ``log`` of the run, with its seqs; none if no header counts any."""
+    if not any(log.counts(header) for _, header in parsed):
+        return []
+    return [
+        (row, sql.codec.stored_int(run_id, "added seq", added), _dropped(sql, run_id, dropped))
+        for row, added, dropped in log.every(db, run_id)
+    ]
 
 
 def _held(added: int, dropped: int | None, seq: int) -> bool:

@@ -9,23 +9,51 @@ or one made by hand), the ``seq`` from which it no longer counts
 ``added <= k`` and no ``dropped <= k``, in ``ord`` order; there are exactly n
 of them. The run's next checkpoint appends its ``new_ledger`` rows, so a save
 writes each row once and the header does not grow with the run.
+
+`LogRows` is that logic for any append-only list of a checkpoint stored this
+way; format 5's ``attempts`` are one too (`executionkit.stores._sql_attempts`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from executionkit._errors import CheckpointFormatError
-from executionkit.stores._common import ledger_prefix, next_ledger_rows
+from executionkit.stores._common import common_prefix, next_ledger_rows
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-    from executionkit._checkpoint._ledger import LedgerEntry
     from executionkit._checkpoint._value import WorkflowCheckpoint
     from executionkit.stores._sql_schema import Database
 
-_VALUES = "step, item, attempt, outcome, model, input_tokens, output_tokens, llm_calls"
+
+def log_statements(table: str, values: str) -> dict[str, str]:
+    """The statements `LogRows` runs on ``table``, whose entry columns are ``values``."""
+    marks = ", ".join("?" for _ in values.split(","))
+    return {
+        "live": f"""SELECT ord, {values} FROM {table}
+            WHERE run_id = ? AND dropped IS NULL ORDER BY ord""",  # noqa: S608 - constants
+        "drop": f"UPDATE {table} SET dropped = ? WHERE run_id = ? AND ord = ?",  # noqa: S608
+        "add": f"""INSERT INTO {table} (run_id, ord, added, dropped, {values})
+            VALUES (?, ?, ?, NULL, {marks})""",  # noqa: S608 - constant columns
+        "as_of": f"""SELECT {values} FROM {table}
+            WHERE run_id = ? AND added <= ? AND (dropped IS NULL OR dropped > ?)
+            ORDER BY ord""",  # noqa: S608 - constant columns
+        "all": f"""SELECT {values}, added, dropped FROM {table}
+            WHERE run_id = ? ORDER BY ord""",  # noqa: S608 - constant columns
+        # Rows no kept checkpoint can see: dropped at or before the oldest kept seq.
+        "forget": f"""DELETE FROM {table} WHERE run_id = ? AND dropped IS NOT NULL
+            AND dropped <= (SELECT MIN(seq) FROM executionkit_headers
+            WHERE run_id = ?)""",  # noqa: S608 - constant names
+    }
+
+
+_LEDGER_VALUES = "step, item, attempt, outcome, model, input_tokens, output_tokens, llm_calls"
+_LEDGER = log_statements("executionkit_ledger", _LEDGER_VALUES)
+ADD_LEDGER = _LEDGER["add"]
+FORGET_DROPPED_LEDGER = _LEDGER["forget"]
 
 
 def ledger_tables(bigint: str) -> tuple[str, ...]:
@@ -49,27 +77,46 @@ def ledger_tables(bigint: str) -> tuple[str, ...]:
     )
 
 
-_LIVE = f"""SELECT ord, {_VALUES} FROM executionkit_ledger
-    WHERE run_id = ? AND dropped IS NULL ORDER BY ord"""  # noqa: S608 - constant columns
-_DROP = "UPDATE executionkit_ledger SET dropped = ? WHERE run_id = ? AND ord = ?"
-ADD_LEDGER = f"""INSERT INTO executionkit_ledger (run_id, ord, added, dropped, {_VALUES})
-    VALUES (?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?)"""  # noqa: S608 - constant columns
-_AS_OF = f"""SELECT {_VALUES} FROM executionkit_ledger
-    WHERE run_id = ? AND added <= ? AND (dropped IS NULL OR dropped > ?)
-    ORDER BY ord"""  # noqa: S608 - constant columns
-_ALL_ROWS = f"""SELECT {_VALUES}, added, dropped FROM executionkit_ledger
-    WHERE run_id = ? ORDER BY ord"""  # noqa: S608 - constant columns
-# Rows no kept checkpoint can see: dropped at or before the oldest kept seq.
-FORGET_DROPPED_LEDGER = """DELETE FROM executionkit_ledger WHERE run_id = ? AND dropped IS NOT NULL
-    AND dropped <= (SELECT MIN(seq) FROM executionkit_headers WHERE run_id = ?)"""
+class LogRows(ABC):
+    """Writes and reads the rows of one append-only list of a checkpoint (``name`` in messages).
 
+    A subclass names the list: its key in ``to_dict()`` and in the header
+    (``KEY``), the format that added it (``SINCE``), its statements
+    (``STATEMENTS``, from `log_statements`), what its entries are called in
+    messages (``WHAT``), and how a checkpoint's entries are found new, listed
+    and read back (`next_entries`, `entries`, `values`, `read`).
+    """
 
-class LedgerRows:
-    """Writes and reads the ledger rows of one SQL store (``name`` starts its messages)."""
+    KEY: ClassVar[str]
+    SINCE: ClassVar[int]
+    WHAT: ClassVar[str]
+    STATEMENTS: ClassVar[dict[str, str]]
 
     def __init__(self, name: str) -> None:
         """Name the store in messages."""
         self.name = name
+
+    # --- what a subclass says about its list ------------------------------------------
+
+    @abstractmethod
+    def next_entries(self, checkpoint: WorkflowCheckpoint, held: int) -> Sequence[Any] | None:
+        """The entries to append to ``held`` stored ones, if known without comparing."""
+        raise NotImplementedError
+
+    @abstractmethod
+    def entries(self, checkpoint: WorkflowCheckpoint) -> Sequence[Any]:
+        """All the entries of ``checkpoint``."""
+        raise NotImplementedError
+
+    @abstractmethod
+    def values(self, entry: Any) -> list[Any]:
+        """An entry as its columns' values, in the order of the table's value columns."""
+        raise NotImplementedError
+
+    @abstractmethod
+    def read(self, values: list[Any]) -> object:
+        """A stored row's values as the entry it stores (`CheckpointFormatError` if none)."""
+        raise NotImplementedError
 
     # --- saving ---------------------------------------------------------------------
 
@@ -81,21 +128,21 @@ class LedgerRows:
         next_ord: int,
         live: int | None,
     ) -> tuple[int, int, bool]:
-        """Write the rows ``checkpoint`` adds to the run's live ledger rows.
+        """Write the rows ``checkpoint`` adds to the run's live rows.
 
         ``live`` is the number of live rows when the checkpoint is the run's next
         one after the stored one (see `SqlCheckpoints.save`), else None. Returns
         the number of live rows after, the next ``ord``, and whether rows were
         only appended (none dropped).
         """
-        if checkpoint.version < 4:  # noqa: PLR2004 - the format that added the ledger
+        if checkpoint.version < self.SINCE:
             return 0, next_ord, live is not None
         if live is not None:
-            rows = next_ledger_rows(checkpoint, None, live)
-            if rows is not None:
+            new = self.next_entries(checkpoint, live)
+            if new is not None:
                 return (
-                    live + len(rows),
-                    self._add(db, run_id, checkpoint.seq, rows, next_ord),
+                    live + len(new),
+                    self._add(db, run_id, checkpoint.seq, new, next_ord),
                     True,
                 )
         return self._save_differences(db, run_id, checkpoint, next_ord)
@@ -105,67 +152,93 @@ class LedgerRows:
     ) -> tuple[int, int, bool]:
         """Keep the live rows' longest equal start, drop the rest, add the checkpoint's others."""
         seq = checkpoint.seq
-        live = db.execute(_LIVE, (run_id,)).fetchall()
-        wanted = checkpoint.ledger
+        live = db.execute(self.STATEMENTS["live"], (run_id,)).fetchall()
+        wanted = self.entries(checkpoint)
         held = [self._entry(run_id, values) for _, *values in live]
-        kept = ledger_prefix(held, wanted)
+        kept = common_prefix(held, wanted)
+        drop = self.STATEMENTS["drop"]
         for row in live[kept:]:
-            db.execute(_DROP, (seq, run_id, row[0]))
+            db.execute(drop, (seq, run_id, row[0]))
         next_ord = self._add(db, run_id, seq, wanted[kept:], next_ord)
         return len(wanted), next_ord, kept == len(live)
 
-    @staticmethod
     def _add(
-        db: Database, run_id: str, seq: int, rows: Iterable[LedgerEntry], next_ord: int
+        self, db: Database, run_id: str, seq: int, entries: Iterable[Any], next_ord: int
     ) -> int:
-        for row in rows:
-            db.execute(ADD_LEDGER, (run_id, next_ord, seq, *row.to_list()))
+        add = self.STATEMENTS["add"]
+        for entry in entries:
+            db.execute(add, (run_id, next_ord, seq, *self.values(entry)))
             next_ord += 1
         return next_ord
 
     def _entry(self, run_id: str, values: Sequence[object]) -> object:
-        """A live row as the `LedgerEntry` it stores, or its raw values if it is no valid one."""
-        from executionkit._checkpoint._ledger import read_ledger  # noqa: PLC0415 - the row's checks
-
+        """A live row as the entry it stores, or its raw values if it is no valid one."""
         try:
-            return read_ledger([list(values)], 4)[0]
+            return self.read(list(values))
         except CheckpointFormatError:
             return (run_id, *values)  # equal to no entry: written again
 
     # --- reading --------------------------------------------------------------------
 
     def as_of(self, db: Database, run_id: str, seq: int, header: dict[str, Any]) -> dict[str, Any]:
-        """``header`` with its ledger count replaced by the rows checkpoint ``seq`` holds."""
-        count = header.get("ledger")
+        """``header`` with its count replaced by the rows checkpoint ``seq`` holds."""
+        count = header.get(self.KEY)
         if type(count) is not int:
-            return header  # no ledger (format 3 and older), or not what a store writes
-        rows = db.execute(_AS_OF, (run_id, seq, seq)).fetchall() if count else []
+            return header  # not in the format, or written whole (older schemas)
+        rows = db.execute(self.STATEMENTS["as_of"], (run_id, seq, seq)).fetchall() if count else []
         return self.fill(run_id, seq, header, [list(row) for row in rows])
 
     def every(self, db: Database, run_id: str) -> list[tuple[list[Any], object, object]]:
-        """Every ledger row of ``run_id``: its eight values, ``added`` and ``dropped``."""
+        """Every row of ``run_id``: its values, ``added`` and ``dropped``."""
         return [
             (list(row[:-2]), row[-2], row[-1])
-            for row in db.execute(_ALL_ROWS, (run_id,)).fetchall()
+            for row in db.execute(self.STATEMENTS["all"], (run_id,)).fetchall()
         ]
 
     def fill(
         self, run_id: str, seq: int, header: dict[str, Any], rows: list[list[Any]]
     ) -> dict[str, Any]:
-        """``header`` with its ledger count replaced by ``rows``, which must be that many."""
-        count = header.get("ledger")
+        """``header`` with its count replaced by ``rows``, which must be that many."""
+        count = header.get(self.KEY)
         if type(count) is not int:
             return header
         if len(rows) != count:
             msg = (
-                f"{self.name}, run {run_id!r}: checkpoint seq={seq} counts {count} ledger "
-                f"rows, {len(rows)} are stored"
+                f"{self.name}, run {run_id!r}: checkpoint seq={seq} counts {count} "
+                f"{self.WHAT}, {len(rows)} are stored"
             )
             raise CheckpointFormatError(msg)
-        return {**header, "ledger": rows}
+        return {**header, self.KEY: rows}
 
-    @staticmethod
-    def counts(header: dict[str, Any]) -> bool:
-        """Whether ``header`` counts any ledger row (a schema 2 database holds none)."""
-        count = header.get("ledger")
+    def counts(self, header: dict[str, Any]) -> bool:
+        """Whether ``header`` counts any row (a database of an older schema holds none)."""
+        count = header.get(self.KEY)
         return type(count) is int and count > 0
+
+
+class LedgerRows(LogRows):
+    """The rows of the cost ledger (``ledger``, format 4), in ``executionkit_ledger``."""
+
+    KEY = "ledger"
+    SINCE = 4
+    WHAT = "ledger rows"
+    STATEMENTS = _LEDGER
+
+    def next_entries(self, checkpoint: WorkflowCheckpoint, held: int) -> Sequence[Any] | None:
+        """The new ledger rows: `next_ledger_rows`."""
+        return next_ledger_rows(checkpoint, None, held)
+
+    def entries(self, checkpoint: WorkflowCheckpoint) -> Sequence[Any]:
+        """The checkpoint's ``ledger``."""
+        return checkpoint.ledger
+
+    def values(self, entry: Any) -> list[Any]:
+        """A `LedgerEntry`'s eight values."""
+        values: list[Any] = entry.to_list()
+        return values
+
+    def read(self, values: list[Any]) -> object:
+        """The `LedgerEntry` of a row's eight values."""
+        from executionkit._checkpoint._ledger import read_ledger  # noqa: PLC0415 - the row's checks
+
+        return read_ledger([values], 4)[0]

@@ -2,7 +2,7 @@ r"""The SQL stores' fast save: the run's next checkpoint, written without readin
 
 When a store object saves the checkpoint that follows the one it saved last of
 a run (the same run took both, one ``seq`` apart, and it only appended outputs,
-items and ledger rows), everything the save writes is known in Python before
+items, ledger rows and attempts), everything the save writes is known in Python before
 the database is touched: the new rows, their ``ord``\\s, the header. So the save
 opens with one fenced ``UPDATE`` of the run's row, whose ``WHERE`` clause holds
 every check the full save makes by reading:
@@ -24,15 +24,17 @@ data-modifying CTEs (`executionkit.stores._pg_next`): one round trip per save.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from executionkit._checkpoint._value import WorkflowCheckpoint
-from executionkit.stores._common import next_ledger_rows
+from executionkit.stores._sql_attempts import ADD_ATTEMPT
 from executionkit.stores._sql_items import ADD_ITEM, DROP_MAP, FORGET_DROPPED_ITEMS
 from executionkit.stores._sql_ledger import ADD_LEDGER
 from executionkit.stores._sql_schema import ADD, ADD_HEADER, MOVE_HEADER
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from executionkit.stores._sql import SqlCheckpoints
     from executionkit.stores._sql_schema import Database
 
@@ -50,6 +52,7 @@ class Known:
     ords: dict[str, int]
     maps: dict[str, int]  # the number of live item rows of each unfinished map
     ledger: int  # the number of live ledger rows
+    attempts: int  # the number of live attempts rows
     header: str  # the header text written for ``seq``
 
 
@@ -79,6 +82,7 @@ class NextSave:
     items: list[tuple[int, str, str, str]]  # ord, map step, item key, output as JSON
     finished: list[str]  # maps whose item rows the checkpoint no longer holds
     ledger: list[tuple[object, ...]]  # ord and the row's eight values
+    attempts: list[tuple[object, ...]]  # ord and the entry's six values
     maps: dict[str, int]  # live item rows of each unfinished map, after
     next_ord: int
 
@@ -109,7 +113,8 @@ def plan_next(
     """The fast save of ``checkpoint``, if it is the next one of the run ``known`` describes.
 
     None when it is not (another run's, a gap in ``seq``, outputs replaced or
-    dropped, items or ledger rows not simply appended): the full save compares.
+    dropped, items, ledger rows or attempts not simply appended): the full save
+    compares.
     """
     if not (
         known.lineage is not None
@@ -119,12 +124,9 @@ def plan_next(
         and sql.items.follow(checkpoint, known.maps)
     ):
         return None
-    ledger_rows: tuple[object, ...] = ()
-    if checkpoint.version >= 4:  # noqa: PLR2004 - the format that added the ledger
-        found = next_ledger_rows(checkpoint, None, known.ledger)
-        if found is None:
-            return None
-        ledger_rows = found
+    logs = _new_log_entries(sql, known, checkpoint)
+    if logs is None:
+        return None
     next_ord = known.next_ord
     outputs = []
     for name in checkpoint.new_outputs:
@@ -140,11 +142,30 @@ def plan_next(
             next_ord += 1
         maps[name] = known.maps.get(name, 0) + len(keys)
     finished = [name for name in known.maps if name not in checkpoint.items]
-    ledger = []
-    for row in ledger_rows:
-        ledger.append((next_ord, *row.to_list()))  # type: ignore[attr-defined]
-        next_ord += 1
-    return NextSave(known, checkpoint, header, outputs, items, finished, ledger, maps, next_ord)
+    rows: list[list[tuple[object, ...]]] = []
+    for log, entries in zip((sql.ledger, sql.attempts), logs, strict=True):
+        rows.append([(next_ord + number, *log.values(e)) for number, e in enumerate(entries)])
+        next_ord += len(entries)
+    ledger, attempts = rows
+    return NextSave(
+        known, checkpoint, header, outputs, items, finished, ledger, attempts, maps, next_ord
+    )
+
+
+def _new_log_entries(
+    sql: SqlCheckpoints, known: Known, checkpoint: WorkflowCheckpoint
+) -> list[Sequence[Any]] | None:
+    """The new ledger rows and attempts of the run's next checkpoint; None unless both known."""
+    found: list[Sequence[Any]] = []
+    for log, held in ((sql.ledger, known.ledger), (sql.attempts, known.attempts)):
+        if checkpoint.version < log.SINCE:
+            found.append(())
+            continue
+        entries = log.next_entries(checkpoint, held)
+        if entries is None:
+            return None
+        found.append(entries)
+    return found
 
 
 def write_next(sql: SqlCheckpoints, db: Database, plan: NextSave) -> Known | None:
@@ -162,7 +183,13 @@ def write_next(sql: SqlCheckpoints, db: Database, plan: NextSave) -> Known | Non
     outputs = [(run_id, ord_, name, seq, value) for ord_, name, value in plan.outputs]
     items = [(run_id, ord_, step, key, seq, value) for ord_, step, key, value in plan.items]
     ledger = [(run_id, row[0], seq, *row[1:]) for row in plan.ledger]
-    for statement, rows in ((ADD, outputs), (ADD_ITEM, items), (ADD_LEDGER, ledger)):
+    attempts = [(run_id, row[0], seq, *row[1:]) for row in plan.attempts]
+    for statement, rows in (
+        (ADD, outputs),
+        (ADD_ITEM, items),
+        (ADD_LEDGER, ledger),
+        (ADD_ATTEMPT, attempts),
+    ):
         if many is not None and len(rows) > 1:
             many(statement, rows)
         else:
@@ -192,5 +219,6 @@ def finish(plan: NextSave, written: int) -> Known:
         ords,
         plan.maps,
         known.ledger + len(plan.ledger),
+        known.attempts + len(plan.attempts),
         plan.header,
     )

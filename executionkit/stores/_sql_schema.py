@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from executionkit.stores._sql_attempts import attempt_tables
 from executionkit.stores._sql_items import item_tables
 from executionkit.stores._sql_ledger import ledger_tables
 
@@ -30,7 +31,7 @@ class Database(Protocol):
 class Dialect:
     """Where SQLite and PostgreSQL differ."""
 
-    schema: tuple[str, ...]  # CREATE statements, each idempotent
+    schema: tuple[str, ...]  # CREATE statements, each idempotent (what turns 4 into 5)
     upgrade: tuple[str, ...]  # what turns the tables of schema 2 or 3 into schema 4
     lock_run: str  # selects seq, written, next_ord of the run row, locking it
     next_written: str  # an SQL expression: the next value of the save counter
@@ -62,12 +63,14 @@ _WRITTEN_INDEX = (
 
 
 def tables(bigint: str, keyed: str = "") -> tuple[str, ...]:
-    """The CREATE statements of schema 4, with the integer type of the dialect.
+    """The CREATE statements of schema 5, with the integer type of the dialect.
 
     ``keyed`` ends the tables a save rewrites a row of (runs and headers):
     SQLite's ``" WITHOUT ROWID"`` stores them in their key's B-tree alone. No
     table has an index on ``dropped`` any more (schema 3 had three): only the
-    full save and `prune` look for dropped rows, among one run's rows.
+    full save and `prune` look for dropped rows, among one run's rows. Schema
+    5 adds the table ``executionkit_attempts`` and changes nothing else: these
+    statements alone turn a schema 4 database into a schema 5 one.
     """
     return (
         "CREATE TABLE IF NOT EXISTS executionkit_schema (version INTEGER NOT NULL)",
@@ -85,6 +88,7 @@ def tables(bigint: str, keyed: str = "") -> tuple[str, ...]:
         )""",
         *item_tables(bigint),
         *ledger_tables(bigint),
+        *attempt_tables(bigint),
     )
 
 
@@ -151,3 +155,17 @@ RUN_IDS = "SELECT run_id FROM executionkit_runs WHERE seq >= 0 ORDER BY written 
 KEEP_FROM = """SELECT seq FROM executionkit_headers WHERE run_id = ?
     ORDER BY seq DESC LIMIT 1 OFFSET ?"""
 PRUNE_HEADERS = "DELETE FROM executionkit_headers WHERE run_id = ? AND seq < ?"
+
+# Limits shared by the processes of a database (`SQLiteStore.limit_state`): a row per key,
+# its state as JSON, outside the schema version (only the limiter reads it).
+LIMITS_TABLE = """CREATE TABLE IF NOT EXISTS executionkit_limits (
+    key TEXT PRIMARY KEY,
+    state TEXT NOT NULL
+)"""
+LIMITS_READ = "SELECT state FROM executionkit_limits WHERE key = ?"
+LIMITS_WRITE = """INSERT INTO executionkit_limits (key, state) VALUES (?, ?)
+    ON CONFLICT (key) DO UPDATE SET state = excluded.state"""
+LIMITS_ROW = """INSERT INTO executionkit_limits (key, state) VALUES (?, 'null')
+    ON CONFLICT (key) DO NOTHING"""
+LIMITS_LOCK = "SELECT state FROM executionkit_limits WHERE key = ? FOR UPDATE"
+LIMITS_UPDATE = "UPDATE executionkit_limits SET state = ? WHERE key = ?"

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from executionkit._errors import CheckpointFormatError
 from executionkit.stores._claims import claimed, lock_owner, run_lock_name
@@ -14,16 +15,26 @@ from executionkit.stores._files import check_regular
 from executionkit.stores._history import check_seq
 from executionkit.stores._sql import SqlCheckpoints
 from executionkit.stores._sql_next import write_next
-from executionkit.stores._sql_schema import Dialect, tables, upgrade
+from executionkit.stores._sql_schema import (
+    LIMITS_READ,
+    LIMITS_TABLE,
+    LIMITS_WRITE,
+    Dialect,
+    tables,
+    upgrade,
+)
 
 if TYPE_CHECKING:
     import sqlite3
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from executionkit._checkpoint._value import WorkflowCheckpoint
     from executionkit._owner import RunOwner
     from executionkit.stores._history import CheckpointInfo
     from executionkit.stores._sql_next import Known, NextSave
+
+_T = TypeVar("_T")
+
 
 _DIALECT = Dialect(
     schema=tables("INTEGER", " WITHOUT ROWID"),
@@ -54,8 +65,8 @@ class SQLiteStore:
     checkpoint after the one a store object saved last is written without a
     read: one ``UPDATE`` of the run's row fenced on the ``seq``, save counter
     and header that object wrote, then the new rows (five statements in all
-    for a step's output); if anything changed meanwhile, the save reads and
-    compares as any other. Each
+    for a step's output, plus one per ledger row and ``attempts`` entry); if
+    anything changed meanwhile, the save reads and compares as any other. Each
     thread uses its own connection, kept open between calls (`close` closes
     them) and reopened if the file is replaced or the process forks; it waits
     up to ``timeout`` for another writer's lock. So one store can be shared by
@@ -71,12 +82,13 @@ class SQLiteStore:
     your application's):
 
     ```sql
-    CREATE TABLE executionkit_schema (version INTEGER NOT NULL);  -- one row: 4
+    CREATE TABLE executionkit_schema (version INTEGER NOT NULL);  -- one row: 5
     CREATE TABLE executionkit_runs (
         run_id TEXT PRIMARY KEY,
         seq INTEGER NOT NULL,  -- the latest checkpoint's seq: the stale-writer fence
         written INTEGER NOT NULL,  -- 1, 2, 3...: the order of the saves, across runs
-        next_ord INTEGER NOT NULL  -- the ord of the run's next output, item or ledger row
+        next_ord INTEGER NOT NULL  -- the ord of the run's next output, item, ledger or
+                                   -- attempts row
     ) WITHOUT ROWID;
     CREATE INDEX executionkit_runs_written ON executionkit_runs (written);
     CREATE TABLE executionkit_headers (  -- one per checkpoint kept
@@ -84,7 +96,8 @@ class SQLiteStore:
         seq INTEGER NOT NULL,
         created_at TEXT,
         header TEXT NOT NULL,  -- to_dict() without outputs, step_index and items' outputs,
-                               -- its "ledger" the number of ledger rows (format 4)
+                               -- its "ledger" the number of ledger rows (format 4),
+                               -- its "attempts" the number of attempts rows (format 5)
         PRIMARY KEY (run_id, seq)
     ) WITHOUT ROWID;
     CREATE TABLE executionkit_outputs (  -- one per output recorded
@@ -121,25 +134,44 @@ class SQLiteStore:
         llm_calls INTEGER NOT NULL,
         PRIMARY KEY (run_id, ord)
     );
+    CREATE TABLE executionkit_attempts (  -- one per attempts entry (schema 5)
+        run_id TEXT NOT NULL,
+        ord INTEGER NOT NULL,  -- the order of the entries in the run
+        added INTEGER NOT NULL,  -- the seq that wrote it
+        dropped INTEGER,  -- the seq from which a checkpoint no longer holds it
+        step TEXT NOT NULL,  -- the entry's six values, as to_dict()["attempts"] lists them
+        item TEXT,
+        attempt INTEGER NOT NULL,
+        outcome TEXT NOT NULL,
+        started INTEGER NOT NULL,  -- milliseconds since the Unix epoch
+        ended INTEGER NOT NULL,
+        PRIMARY KEY (run_id, ord)
+    );
+    CREATE TABLE executionkit_limits (  -- one per shared Limit key (see limit_state)
+        key TEXT PRIMARY KEY,
+        state TEXT NOT NULL  -- the key's window as JSON, outside the schema version
+    );
     ```
 
     The checkpoint of ``seq`` k is its header plus the output rows with
     ``added <= k`` and no ``dropped <= k``, in ``ord`` order; its ``items``
     are, for each map its header lists (with the map's cost), that map's item
     rows visible at k the same way; its ``ledger`` is the ledger rows visible
-    at k, as many as its header counts, in ``ord`` order. A save writes one row
-    per output, per item and per ledger row recorded since the previous
-    checkpoint (``new_ledger``): the header does not grow with the run. A
-    database of schema version 2 (before the ledger table) or 3 (rowid runs
-    and headers tables, an index on ``dropped`` of the outputs, items and
-    ledger) is read as it is and upgraded in place by the first write (the
-    ledger table created, the runs and headers tables copied into
-    ``WITHOUT ROWID`` ones, the indexes dropped and the version set to 4, in
-    that write's transaction); an older executionkit then refuses it. A
-    database holding the table ``executionkit_checkpoints`` of the first,
-    unreleased SQLiteStore, or tables of schema version 1 (also unreleased,
-    which kept items in each header), or of a newer schema than 4, is refused
-    with `CheckpointFormatError`.
+    at k, as many as its header counts, in ``ord`` order, and its ``attempts``
+    the attempts rows visible at k the same way. A save writes one row per
+    output, per item, per ledger row and per attempts entry recorded since the
+    previous checkpoint (``new_ledger``, ``new_attempts``): the header does not
+    grow with the run. A database of schema version 2 (before the ledger
+    table), 3 (rowid runs and headers tables, an index on ``dropped`` of the
+    outputs, items and ledger) or 4 (before the attempts table) is read as it
+    is and upgraded in place by the first write (the missing tables created,
+    the runs and headers tables of schemas 2 and 3 copied into ``WITHOUT
+    ROWID`` ones, the indexes dropped and the version set to 5, in that
+    write's transaction); an older executionkit then refuses it. A database
+    holding the table ``executionkit_checkpoints`` of the first, unreleased
+    SQLiteStore, or tables of schema version 1 (also unreleased, which kept
+    items in each header), or of a newer schema than 5, is refused with
+    `CheckpointFormatError`.
 
     `claim` makes one live process the owner of a run, so that two processes
     resuming it never both run it: `Workflow.run` takes the claim before any
@@ -232,6 +264,29 @@ class SQLiteStore:
                     self._create(connection)
                     known = self._sql.save(connection, checkpoint, run_id, header)
         self._sql.committed(known)
+
+    def limit_state(self, key: str, change: Callable[[object], tuple[object, _T]]) -> _T:
+        """Change the shared state of limit ``key`` in one locking transaction; return its result.
+
+        How every process running against this database shares a `Limit`'s
+        window: `Workflow.run` calls it with ``checkpoint_fn`` set to this
+        store and ``limits`` given. The table ``executionkit_limits`` (a row per
+        key: ``key TEXT PRIMARY KEY, state TEXT``, the state as JSON) is
+        created on first use, outside the checkpoint tables' schema version.
+        ``change(state)`` gets what the last change wrote (None at first) and
+        returns the new state and the result, under ``BEGIN IMMEDIATE``: no
+        other process changes the row meanwhile.
+        """
+        with self._connect() as connection:
+            if id(connection) not in self._wal:
+                self._use_wal(connection)
+            connection.execute("BEGIN IMMEDIATE")
+            with connection:  # commits, or rolls back if anything raises
+                connection.execute(LIMITS_TABLE)
+                row = connection.execute(LIMITS_READ, (key,)).fetchone()
+                new, result = change(None if row is None else json.loads(row[0]))
+                connection.execute(LIMITS_WRITE, (key, json.dumps(new)))
+        return result
 
     def _next(self, connection: sqlite3.Connection, plan: NextSave) -> Known | None:
         """Write the run's next checkpoint without reading first; None if the fence refused.
@@ -426,7 +481,7 @@ class SQLiteStore:
         if _OLD_TABLE in found:
             self._refuse_old(connection)
         if "executionkit_schema" in found:
-            self._sql.upgrade(connection)  # schema 2 to 3, under BEGIN IMMEDIATE's lock
+            self._sql.upgrade(connection)  # schemas 2 to 4, under BEGIN IMMEDIATE's lock
         else:
             self._sql.create(connection)
 

@@ -107,7 +107,7 @@ def test_construct_with_the_three_04_fields() -> None:
     assert cp.step_index == 1
     assert dict(cp.outputs) == {"a": 1}
     assert cp.cost == TokenUsage(1, 2, 3)
-    assert cp.version == 4
+    assert cp.version == 5
     assert cp.run_id is None
     assert cp.seq == 0
     assert cp.context_keys == ()
@@ -310,7 +310,7 @@ def test_to_dict_of_defaults_is_exact() -> None:
         step_index=0, outputs=MappingProxyType({}), cost=TokenUsage()
     ).to_dict()
     assert data == {
-        "version": 4,
+        "version": 5,
         "run_id": None,
         "seq": 0,
         "step_index": 0,
@@ -330,6 +330,9 @@ def test_to_dict_of_defaults_is_exact() -> None:
         "in_flight": [],
         "trace": None,
         "lineage": {},
+        "attempts": [],
+        "waits": {},
+        "in_flight_items": {},
     }
 
 
@@ -459,10 +462,10 @@ VALIDATION_CASES: list[tuple[str, object, str, str]] = [
     ],
     ("extra-key", _with(extra=1), "checkpoint has unexpected field 'extra'", "extra"),
     (
-        "version-5",
-        _with(version=5),
+        "version-6",
+        _with(version=6),
         (
-            "checkpoint format version 5 is newer than this executionkit reads (up to 4); "
+            "checkpoint format version 6 is newer than this executionkit reads (up to 5); "
             "upgrade executionkit to load it"
         ),
         "version",
@@ -1081,7 +1084,7 @@ def test_from_dict_on_mutated_valid_dicts(cp: WorkflowCheckpoint, data: st.DataO
     [
         (lambda data: data.pop("seq"), "seq"),
         (lambda data: data["cost"].pop("output_tokens"), "cost.output_tokens"),
-        (lambda data: data.__setitem__("version", 5), "version"),
+        (lambda data: data.__setitem__("version", 6), "version"),
         (lambda data: data.__setitem__("surprise", 1), "surprise"),
         (lambda data: data["cost"].__setitem__("input_tokens", -5), "cost.input_tokens"),
         (lambda data: data["outputs"].__setitem__("c", 3), "step_index"),
@@ -1111,7 +1114,7 @@ def test_specific_mutations_name_the_field(
         ({"errors": {"s": 1}}, "errors.s"),
         ({"outputs": {1: "x"}, "step_index": 1}, "outputs"),
         ({"metadata": {1: "x"}}, "metadata"),
-        ({"version": 5}, "version"),
+        ({"version": 6}, "version"),
     ],
 )
 def test_constructor_rejects_what_from_dict_would_reject(

@@ -59,7 +59,7 @@ def test_a_04_checkpoint_round_trips_through_json() -> None:
 
 def test_a_matching_step_index_still_builds_the_current_format() -> None:
     cp = WorkflowCheckpoint(step_index=2, outputs=TWO, cost=COST)
-    assert cp.version == FORMAT_VERSION == 4
+    assert cp.version == FORMAT_VERSION == 5
     assert next(iter(cp.to_dict())) == "version"
 
 

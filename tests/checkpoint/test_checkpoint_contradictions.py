@@ -5,14 +5,17 @@ checkpoint shows by itself are refused by `WorkflowCheckpoint.from_dict` with a
 `CheckpointFormatError` naming the field; those only the workflow shows are
 refused by the resume with a `CheckpointMismatchError` naming the field, before
 any step runs. A property test puts random single-field contradictions into
-the real format 3 checkpoints of a workflow with a map, a condition, a question,
-a sub-workflow and a map of sub-workflows: each is refused, or resumes exactly.
+the real checkpoints of a workflow with a map, a condition, a question, a
+sub-workflow and a map of sub-workflows: each is refused, or resumes exactly.
+A count of a map's items in flight (format 5's ``in_flight_items``) that the
+rest of the checkpoint contradicts is always refused by ``from_dict``.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import re
 from datetime import UTC, datetime, timedelta, timezone
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -177,7 +180,7 @@ def refused_on_resume(data: dict[str, Any], **options: Any) -> str:
 
 def test_the_real_checkpoints_hold_every_kind_of_entry() -> None:
     """The checkpoints the tests start from are real, and resume exactly as they are."""
-    for field in ("skipped", "items", "pending", "children"):
+    for field in ("skipped", "items", "pending", "children", "in_flight_items"):
         assert any(data[field] for data in real()), field
     kinds = {key for data in real() for entry in data["children"].values() for key in entry}
     assert kinds == {"checkpoint", "items"}
@@ -538,6 +541,36 @@ def _contradict_children(draw: st.DrawFn, data: dict[str, Any]) -> None:
     _describe(data, name)
 
 
+def _contradict_in_flight_items(draw: st.DrawFn, data: dict[str, Any]) -> None:
+    """A count of items in flight (format 5) that the rest of the checkpoint contradicts.
+
+    For a step recorded or skipped (an ended map runs no item), for a step that
+    ``step_info`` describes (for what else the checkpoint holds of it) as another
+    kind than a map, or for a map that ``in_flight`` also lists by name (its items
+    are counted once). ``step_info`` describes no step for its count alone, so a
+    step it does not describe is not given an entry here.
+    """
+    ended = [n for n in NAMES if n in data["outputs"] or n in data["skipped"]]
+    running = [n for n in NAMES if n not in ended]
+    other_kinds = [n for n in running if n not in MAPS and n in data["step_info"]]
+    maps = [n for n in running if n in MAPS]
+    hows = [
+        how
+        for how, names in (("ended", ended), ("kind", other_kinds), ("listed", maps))
+        if names  # "docs" is recorded in every real checkpoint: "ended" always is
+    ]
+    how = draw(st.sampled_from(hows))
+    if how == "ended":
+        name = draw(st.sampled_from(ended))
+    elif how == "kind":
+        name = draw(st.sampled_from(other_kinds))
+    else:
+        name = draw(st.sampled_from(maps))
+        if [name, None, 1] not in data["in_flight"]:
+            data["in_flight"].append([name, None, 1])
+    data["in_flight_items"][name] = draw(st.integers(1, 5))
+
+
 def _contradict_time(draw: st.DrawFn, data: dict[str, Any], field: str) -> None:
     entry = data["pending"]["approve"]
     hows = ["offset", "shift", "none"] if field == "expires_at" else ["offset", "shift"]
@@ -555,7 +588,17 @@ def _contradict_time(draw: st.DrawFn, data: dict[str, Any], field: str) -> None:
 def contradictions(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
     """A real checkpoint dict with one field made to contradict the rest, or the workflow."""
     field = draw(
-        st.sampled_from(["skipped", "items", "pending", "children", "asked_at", "expires_at"])
+        st.sampled_from(
+            [
+                "skipped",
+                "items",
+                "pending",
+                "children",
+                "in_flight_items",
+                "asked_at",
+                "expires_at",
+            ]
+        )
     )
     if field in ("asked_at", "expires_at"):
         data = with_("pending", "approve")
@@ -567,6 +610,7 @@ def contradictions(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
         "items": _contradict_items,
         "pending": _contradict_pending,
         "children": _contradict_children,
+        "in_flight_items": _contradict_in_flight_items,
     }[field](draw, data)
     return field, data
 
@@ -583,8 +627,16 @@ def test_a_contradiction_is_refused_or_resumes_exactly(case: tuple[str, dict[str
         refusal = exc
     if refusal is not None:
         event(f"{field}: refused by from_dict")
-        assert refusal.path.split(".")[0] in ("skipped", "items", "pending", "children")
+        named = re.match(r"[a-z_]+", refusal.path)
+        assert named is not None
+        # A count of items in flight is refused as its own entry, or as the entry of
+        # in_flight that lists its map too.
+        assert named.group() in ("skipped", "items", "pending", "children", "in_flight_items") or (
+            field == "in_flight_items" and named.group() == "in_flight"
+        )
         return
+    # A count of items in flight contradicting the checkpoint is seen by the checkpoint.
+    assert field != "in_flight_items", "from_dict accepted a contradictory in_flight_items"
     calls = Calls()
     try:
         result = finish(checkpoint, calls)

@@ -344,7 +344,15 @@ def current(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "version": FORMAT_VERSION, **LATER_EMPTY}
 
 
-LATER_EMPTY: dict[str, Any] = {"ledger": [], "in_flight": [], "trace": None, "lineage": {}}
+LATER_EMPTY: dict[str, Any] = {
+    "ledger": [],
+    "in_flight": [],
+    "trace": None,
+    "lineage": {},
+    "attempts": [],
+    "waits": {},
+    "in_flight_items": {},
+}
 
 
 def _stored_and_loaded(store: Any, data: dict[str, Any]) -> WorkflowCheckpoint:

@@ -1047,7 +1047,7 @@ FIXED = WorkflowCheckpoint(
 
 INSPECT_TEXT = """\
 file        run.json
-format      version 4
+format      version 5
 run_id      run-1
 seq         2
 created_at  2025-01-02T03:04:05+00:00
@@ -1090,7 +1090,7 @@ def test_inspect_json(cli: Callable[..., Outcome], tmp_path: Path) -> None:
     assert (outcome.code, outcome.err) == (0, "")
     assert json.loads(outcome.out) == {
         "file": "run.json",
-        "version": 4,
+        "version": 5,
         "run_id": "run-1",
         "seq": 2,
         "created_at": "2025-01-02T03:04:05+00:00",
@@ -1116,6 +1116,7 @@ def test_inspect_json(cli: Callable[..., Outcome], tmp_path: Path) -> None:
             "steps": {},
         },
         "in_flight": [],
+        "in_flight_items": {},
         "lineage": {},
         "claimed_by": None,
     }

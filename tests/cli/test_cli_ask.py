@@ -600,7 +600,7 @@ WAITING = WorkflowCheckpoint(
 
 INSPECT_TEXT = """\
 file        run.json
-format      version 4
+format      version 5
 run_id      run-1
 seq         2
 created_at  2020-01-02T03:04:05+00:00

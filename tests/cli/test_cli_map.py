@@ -136,7 +136,7 @@ def test_a_failed_item_is_named_and_the_saved_items_are_counted(failed_run: Outc
     )
     assert lines[-2] == "executionkit:   item 2: RuntimeError: model overloaded on gamma"
     assert lines[-1] == (
-        "executionkit: checkpoint saved to run.json (seq 4, 1 of 3 steps, 2 items of summaries "
+        "executionkit: checkpoint saved to run.json (seq 5, 1 of 3 steps, 2 items of summaries "
         "recorded); run again with the same --checkpoint to resume"
     )
 

@@ -414,10 +414,13 @@ def test_a_password_in_the_query_is_hidden_too() -> None:
 # --- 4. map item failures: keys and causes, whole -------------------------------------------
 
 FAILING_MAP = """\
+import asyncio
+
 from executionkit import Step, Workflow
 
 
 async def square(item, ctx):
+    await asyncio.sleep(0)  # every item has started before the first one fails
     if item % 8 == 3:
         return {item}  # a set: not JSON
     return item * item

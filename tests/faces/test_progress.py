@@ -146,7 +146,7 @@ async def test_each_saved_progress_is_checkpointed_in_order_without_overlap() ->
         ("factor", "loop"),
         ("factor", "loop", "report"),
     ]
-    assert all(cp.version == FORMAT_VERSION == 4 for cp in store.checkpoints)
+    assert all(cp.version == FORMAT_VERSION == 5 for cp in store.checkpoints)
 
 
 async def test_saves_during_a_running_checkpoint_are_folded_into_the_next() -> None:

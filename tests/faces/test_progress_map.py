@@ -86,28 +86,28 @@ FAILED_RUN_LINES = [
     "executionkit: split finished in 1.0s; 1/3 done, 2.0s",
     "executionkit: summaries: 4 items",
     (
-        "executionkit: 1/3 done, 1 running (summaries), summaries: 1/4 items, 7.0s, "
+        "executionkit: 1/3 done, 1 running (summaries), summaries: 1/4 items, 8.0s, "
         "110 tokens in 1 call"
     ),
     (
-        "executionkit: 1/3 done, 1 running (summaries), summaries: 2/4 items, 10s, "
+        "executionkit: 1/3 done, 1 running (summaries), summaries: 2/4 items, 11s, "
         "220 tokens in 2 calls"
     ),
     (
         "executionkit: summaries item 2 failed after 1.0s: RuntimeError: model overloaded on c; "
-        "1/3 done, 1 running (summaries), summaries: 2/4 items (1 failed), 13s, "
+        "1/3 done, 1 running (summaries), summaries: 2/4 items (1 failed), 14s, "
         "220 tokens in 2 calls"
     ),
     (
-        "executionkit: 1/3 done, 1 running (summaries), summaries: 3/4 items (1 failed), 15s, "
+        "executionkit: 1/3 done, 1 running (summaries), summaries: 3/4 items (1 failed), 17s, "
         "330 tokens in 3 calls"
     ),
     (
-        "executionkit: summaries failed after 13s: ExceptionGroup: map step 'summaries': 1 of 4 "
+        "executionkit: summaries failed after 15s: ExceptionGroup: map step 'summaries': 1 of 4 "
         "items failed ('2'); the others that completed are recorded, and a resume runs only the "
-        "r...; 1/3 done, 1 failed, 17s, 330 tokens in 3 calls"
+        "r...; 1/3 done, 1 failed, 19s, 330 tokens in 3 calls"
     ),
-    "executionkit: run r1 failed: WorkflowFailed; 1/3 done, 1 failed, 19s, 330 tokens in 3 calls",
+    "executionkit: run r1 failed: WorkflowFailed; 1/3 done, 1 failed, 21s, 330 tokens in 3 calls",
 ]
 
 

@@ -432,3 +432,71 @@ async def test_names_and_messages_that_would_drive_a_terminal_are_escaped() -> N
     assert lines[1].startswith('executionkit: "ok\\u001b[2J\\nname" finished in ')
     assert lines[2].startswith('executionkit: "bad\\rname" failed after ')
     assert "ValueError: \\x1b]0;pwned\\x07 \\u202eevil \\x9b2J" in lines[2]
+
+
+def test_a_wait_for_a_limit_gets_a_line_with_how_long() -> None:
+    stream = io.StringIO()
+    clock = FakeClock()
+    reporter = ConsoleProgress(stream, clock=clock)
+    for event in (
+        ev.RunStarted(RUN, 2, (), resumed=False, cost=TokenUsage()),
+        ev.StepStarted(RUN, "a", 1),
+        ev.WaitingForLimit(RUN, "b", "openai", float("inf")),
+        ev.WaitingForLimit(RUN, "m", "openai", 1.5, item="7"),
+    ):
+        clock.now += 1.0
+        reporter(event)
+    assert stream.getvalue().splitlines()[1:] == [
+        "executionkit: b waiting for limit openai; 0/2 done, 1 running (a), 2.0s",
+        "executionkit: m item 7 waiting for limit openai, 1.5s; 0/2 done, 1 running (a), 3.0s",
+    ]
+
+
+def test_a_real_run_says_which_step_waits_for_its_limit() -> None:
+    from executionkit import Limit  # noqa: PLC0415 - only this test needs it
+
+    stream = io.StringIO()
+    release = asyncio.Event()
+
+    async def first(ctx: Any) -> str:
+        await release.wait()
+        return "a"
+
+    async def second(ctx: Any) -> str:
+        return "b"
+
+    def on_event(event: ev.Event) -> None:
+        reporter(event)
+        if isinstance(event, ev.WaitingForLimit):
+            release.set()  # the second waits: let the first end
+
+    reporter = ConsoleProgress(stream)
+    workflow = Workflow([Step("a", first, limit="solo"), Step("b", second, limit="solo")])
+    asyncio.run(workflow.run(limits=[Limit("solo", concurrency=1)], on_event=on_event))
+    assert any(
+        line.startswith("executionkit: b waiting for limit solo;")
+        for line in stream.getvalue().splitlines()
+    )
+
+
+def test_with_prices_the_status_shows_the_bill_in_dollars() -> None:
+    from executionkit import Price, Prices  # noqa: PLC0415 - only this test needs them
+
+    stream = io.StringIO()
+    clock = FakeClock()
+    reporter = ConsoleProgress(stream, clock=clock)
+
+    def model(ctx: Any) -> PatternResult[str]:
+        from executionkit import current_step  # noqa: PLC0415
+
+        current_step().add_usage(TokenUsage(1_000_000, 100_000, 1), model="large")
+        return PatternResult("ok")
+
+    prices = Prices({"large": Price(input_per_million="2.50", output_per_million="10.00")})
+    Workflow([Step("a", model), Step("b", model, depends_on=("a",))]).run_sync(
+        on_event=ticking(reporter, clock, 1.0), prices=prices, checkpoint_fn=lambda cp: None
+    )
+    lines = stream.getvalue().splitlines()
+    # $3.50 a call, shown from the checkpoint after each, and in the last line.
+    assert lines[-1].endswith("2,200,000 tokens in 2 calls, $7.0000")
+    assert any(line.endswith("1,100,000 tokens in 1 call, $3.5000") for line in lines)

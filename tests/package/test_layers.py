@@ -42,6 +42,7 @@ LEAVES = frozenset(
         "_paths",
         "_plain",
         "_prices",
+        "_limits",
         "_terminal",
         "_types",
         "events",

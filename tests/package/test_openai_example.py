@@ -124,7 +124,8 @@ class _Handler(BaseHTTPRequestHandler):
         )
         if seen.status != HTTPStatus.OK:
             error = {"error": {"message": f"fake error {seen.status}", "type": "test"}}
-            self._send(seen.status, error)
+            after = {"Retry-After": "0"} if seen.status == HTTPStatus.TOO_MANY_REQUESTS else {}
+            self._send(seen.status, error, after)
             return
         if seen.action == "not-json":
             self._send(HTTPStatus.OK, "<html>Bad gateway page</html>")
@@ -147,9 +148,13 @@ class _Handler(BaseHTTPRequestHandler):
             answer["choices"][0]["message"]["content"] = None
         self._send(HTTPStatus.OK, answer)
 
-    def _send(self, status: int, payload: dict[str, Any] | str) -> None:
+    def _send(
+        self, status: int, payload: dict[str, Any] | str, headers: dict[str, str] | None = None
+    ) -> None:
         data = (payload if isinstance(payload, str) else json.dumps(payload)).encode()
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -269,7 +274,6 @@ async def test_a_rate_limit_is_retried_and_only_the_successful_call_is_counted(
 @pytest.mark.parametrize(
     ("status", "retryable"),
     [
-        (HTTPStatus.TOO_MANY_REQUESTS, True),
         (HTTPStatus.INTERNAL_SERVER_ERROR, True),
         (HTTPStatus.SERVICE_UNAVAILABLE, True),
         (HTTPStatus.BAD_REQUEST, False),
@@ -294,6 +298,19 @@ async def test_http_errors_name_the_status_and_endpoint_and_only_transient_ones_
     )
     assert len(api.requests()) == (2 if retryable else 1)
     assert caught.value.checkpoint.cost == TokenUsage()
+
+
+async def test_a_429_is_tried_again_without_spending_a_retry(
+    api: FakeChatAPI, client: example.ChatClient
+) -> None:
+    """The client's 429 carries the server's Retry-After; executionkit waits it, then again."""
+    api.plan(HTTPStatus.TOO_MANY_REQUESTS, HTTPStatus.TOO_MANY_REQUESTS)
+    workflow = example.build_workflow(retries=0)
+    result = await workflow.run(context(client))
+    statuses = [(step_of(r), r.status) for r in api.requests()]
+    assert statuses[:3] == [("summarize", 429), ("summarize", 429), ("summarize", 200)]
+    assert set(result.outputs) >= {"summarize"}
+    assert result.spending.wasted == TokenUsage()  # a refused request reported no usage
 
 
 # --- resuming -------------------------------------------------------------------------------

@@ -34,7 +34,9 @@ import pytest
 
 import executionkit
 from executionkit import (
+    Limit,
     PatternResult,
+    RateLimited,
     Step,
     StepContext,
     TokenUsage,
@@ -66,6 +68,8 @@ DOCUMENTED: dict[str, Any] = {
     "WorkflowCheckpoint": WorkflowCheckpoint,
     "checkpoint.to_dict": WorkflowCheckpoint.to_dict,
     "WorkflowCheckpoint.from_dict": WorkflowCheckpoint.from_dict,
+    "Limit": Limit,
+    "RateLimited": RateLimited,
 }
 # Names a documented default may use, besides literals.
 DEFAULT_NAMES: dict[str, Any] = {"Exception": Exception, "TokenUsage": TokenUsage}
@@ -351,6 +355,7 @@ def test_run_argument_error_entry_names_every_parameter() -> None:
         ("## TokenUsage", TokenUsage),
         ("## WorkflowResult", WorkflowResult),
         ("## WorkflowCheckpoint", WorkflowCheckpoint),
+        ("## Limit", Limit),
     ],
 )
 def test_field_table_lists_every_field_in_order(heading: str, cls: type) -> None:

@@ -19,6 +19,7 @@ import pytest
 
 from executionkit import (
     BudgetExceeded,
+    CheckpointFormatError,
     LedgerEntry,
     PatternResult,
     RunArgumentError,
@@ -393,8 +394,44 @@ def test_ledger_rows_are_checked_field_by_field() -> None:
         WorkflowCheckpoint.from_dict({**base, "trace": "not-a-trace"})
     assert getattr(caught.value, "path", None) == "trace"
     v3 = {key: value for key, value in base.items() if key not in {"ledger", "in_flight"}}
-    v3 = {k: v for k, v in v3.items() if k not in {"trace", "lineage"}}
+    v3 = {
+        k: v
+        for k, v in v3.items()
+        if k not in {"trace", "lineage", "attempts", "waits", "in_flight_items"}
+    }
     assert WorkflowCheckpoint.from_dict({**v3, "version": 3}).ledger == ()
+
+
+def test_format_5_adds_the_rate_limited_outcome_and_counts_of_items() -> None:
+    base = WorkflowCheckpoint(step_index=0, outputs={}, cost=TokenUsage()).to_dict()
+    row = ["s", None, 1, "rate_limited", "gpt", 10, 0, 1]
+    loaded = WorkflowCheckpoint.from_dict({**base, "ledger": [row]})
+    assert loaded.spending.wasted == TokenUsage(10, 0, 1)  # a 429 bought no output
+    v4 = {k: v for k, v in base.items() if k not in {"attempts", "waits", "in_flight_items"}}
+    with pytest.raises(CheckpointFormatError, match="outcome of format version 5") as caught:
+        WorkflowCheckpoint.from_dict({**v4, "version": 4, "ledger": [row]})
+    assert caught.value.path == "ledger[0][3]"
+    counted = WorkflowCheckpoint.from_dict({**base, "in_flight_items": {"m": 3}})
+    assert dict(counted.in_flight_items) == {"m": 3}
+    cases = [
+        ({"m": 0}, "in_flight_items.m"),
+        ({"m": True}, "in_flight_items.m"),
+        ({"m": 1.0}, "in_flight_items.m"),
+        ([["m", 1]], "in_flight_items"),
+    ]
+    for counts, path in cases:
+        with pytest.raises(CheckpointFormatError) as caught:
+            WorkflowCheckpoint.from_dict({**base, "in_flight_items": counts})
+        assert caught.value.path == path
+    with pytest.raises(CheckpointFormatError, match="counted once") as caught:
+        WorkflowCheckpoint.from_dict(
+            {**base, "in_flight_items": {"m": 2}, "in_flight": [["m", None, 1]]}
+        )
+    assert caught.value.path == "in_flight[0]"
+    recorded = {**base, "outputs": {"m": [1]}, "step_index": 1, "in_flight_items": {"m": 1}}
+    with pytest.raises(CheckpointFormatError, match="an ended map") as caught:
+        WorkflowCheckpoint.from_dict(recorded)
+    assert caught.value.path == "in_flight_items.m"
 
 
 def test_an_entry_round_trips_as_a_plain_list() -> None:

@@ -733,6 +733,9 @@ def old_format(checkpoint: WorkflowCheckpoint, version: int) -> WorkflowCheckpoi
             "in_flight",
             "trace",
             "lineage",
+            "attempts",
+            "waits",
+            "in_flight_items",
         ):
             del data[key]
         data["version"] = 1

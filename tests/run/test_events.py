@@ -55,6 +55,21 @@ LATER_FIELDS = {
     ("StepFailed", "usage"): TokenUsage(),
     ("ItemFailed", "usage"): TokenUsage(),
     ("RunFailed", "cost"): TokenUsage(),
+    # The run's bill in dollars, with run(prices=...) only (tested in test_dollars_in_events).
+    **{
+        (kind, "dollars"): None
+        for kind in (
+            "StepRetried",
+            "StepFinished",
+            "StepFailed",
+            "ItemFinished",
+            "ItemFailed",
+            "CheckpointTaken",
+            "RunFinished",
+            "RunSuspended",
+            "RunFailed",
+        )
+    },
 }
 
 
@@ -586,6 +601,7 @@ EVENT_SAMPLES: list[ev.Event] = [
     ev.CheckpointTaken(RUN_ID, 1, 1, ("a",)),
     ev.RunFinished(RUN_ID, 0.2, TokenUsage(), 1),
     ev.RunFailed(RUN_ID, 0.2, ValueError("x"), {}),
+    ev.WaitingForLimit(RUN_ID, "a", "openai", 1.5),
 ]
 
 
@@ -613,3 +629,41 @@ def test_run_rejects_a_callback_that_is_not_callable() -> None:
         match=re.escape("on_event must be callable, a list of callables, or None, got str"),
     ):
         small_workflow().run_sync(on_event=bad)
+
+
+def test_dollars_in_events() -> None:
+    """With prices, the events that end attempts and the run carry the bill so far."""
+    from decimal import Decimal  # noqa: PLC0415 - only this test needs it
+
+    from executionkit import Price, Prices, current_step  # noqa: PLC0415
+
+    def model(ctx: Mapping[str, Any]) -> str:
+        step = current_step()
+        step.add_usage(TokenUsage(1_000_000, 0, 1), model="large")
+        if step.name == "b" and step.attempt == 1:
+            raise RuntimeError("again")
+        return "ok"
+
+    events: list[ev.Event] = []
+    prices = Prices({"large": Price(input_per_million="2.00", output_per_million="0")})
+    workflow = Workflow(
+        [Step("a", model), Step("b", model, depends_on=("a",), retries=1, retry_delay=0)]
+    )
+    workflow.run_sync(prices=prices, on_event=events.append, checkpoint_fn=lambda cp: None)
+    bills = [
+        (type(e).__name__, getattr(e, "step", None), e.dollars)  # type: ignore[attr-defined]
+        for e in events
+        if getattr(e, "dollars", None) is not None
+    ]
+    assert bills == [
+        ("StepFinished", "a", Decimal("2.00")),
+        ("CheckpointTaken", None, Decimal("2.00")),
+        ("StepRetried", "b", Decimal("4.00")),
+        ("CheckpointTaken", None, Decimal("4.00")),  # the failed attempt's usage, saved
+        ("StepFinished", "b", Decimal("6.00")),
+        ("CheckpointTaken", None, Decimal("6.00")),
+        ("RunFinished", None, Decimal("6.00")),
+    ]
+    plain: list[ev.Event] = []
+    workflow.run_sync(on_event=plain.append)
+    assert all(getattr(e, "dollars", None) is None for e in plain)

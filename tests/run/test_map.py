@@ -245,9 +245,12 @@ async def test_each_item_is_checkpointed_as_it_lands_and_resume_runs_only_the_re
     )
     run = asyncio.ensure_future(workflow.run(checkpoint_fn=saves, schedule=schedule))  # type: ignore[arg-type]
     await saves.until(1)  # "split" recorded
+    # The items are counted in a checkpoint before any starts.
+    assert dict((await saves.until(2)).in_flight_items) == {"each": 4}
     for count, key in enumerate(["c", "a"], start=1):
         gates.gates[key].set()
-        checkpoint = await saves.until(1 + count)
+        checkpoint = await saves.until(2 + count)
+        assert dict(checkpoint.in_flight_items) == {"each": 4 - count}
         recorded = checkpoint.items["each"]["outputs"]
         assert list(recorded) == ["c", "a"][:count]
         assert checkpoint.new_items == {"each": (key,)}
@@ -611,7 +614,7 @@ async def test_items_report_events_with_their_keys() -> None:
             raise ValueError("no")
         return item
 
-    # inline: the items end in one order, and so do their events
+    # inline: each item runs when its task starts, its events around it
     workflow = Workflow([Step.map("each", each, over="items", key=str, inline=True)])
     with pytest.raises(WorkflowFailed):
         await workflow.run({"items": [0, 1]}, on_event=seen.append, on_error="continue")
@@ -623,8 +626,8 @@ async def test_items_report_events_with_their_keys() -> None:
     assert kinds == [
         ("MapStarted", None),
         ("ItemStarted", "0"),
-        ("ItemStarted", "1"),
         ("ItemFinished", "0"),
+        ("ItemStarted", "1"),
         ("ItemFailed", "1"),
     ]
     started = next(e for e in seen if isinstance(e, ev.MapStarted))

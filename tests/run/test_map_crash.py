@@ -126,3 +126,32 @@ def test_kills_mid_map_of_plain_items_lose_at_most_the_items_running(
             assert not lost or lost == started[-1:]
     summary = json.loads(episodes[-1][-1].removeprefix("done "))
     assert summary == EXPECTED
+
+
+@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("mode", ["", "plain", "inline"], ids=["async", "in threads", "inline"])
+def test_a_kill_leaves_the_items_that_may_have_been_paid_for_counted(
+    tmp_path: Path, seed: int, mode: str
+) -> None:
+    """Every item that started and was not recorded is booked as unknown on resume.
+
+    Items are counted in a checkpoint before they start (format 5's
+    ``in_flight_items``), so the checkpoint a kill leaves counts at least every
+    item that started since and was not recorded: never fewer (nothing paid is
+    lost from the bill), and more by at most the items picked that had not
+    started yet (the map's ``max_concurrency``, 4).
+    """
+    rng = random.Random(1000 + seed)
+    path = tmp_path / "run.jsonl"
+    episodes = episodes_until_done(path, rng, 3, 5, *([mode] if mode else []))
+    assert len(episodes) >= 2
+    for killed, following in itertools.pairwise(episodes):
+        recorded = following[0].removeprefix("run-start").strip()
+        if recorded == "*":
+            continue
+        held = set(recorded.split(",")) if recorded else set()
+        started = {line.split()[1] for line in killed if line.startswith("item-start ")}
+        unknown = [int(line.split()[1]) for line in following if line.startswith("resume-unknown")]
+        assert len(unknown) == 1
+        paid = len(started - held)
+        assert paid <= unknown[0] <= paid + 4, (sorted(started - held), unknown[0])

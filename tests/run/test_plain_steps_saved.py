@@ -116,7 +116,10 @@ def test_each_plain_item_is_handed_over_before_the_next_starts(
 
 
 def test_async_items_are_still_saved_together() -> None:
-    """Async items yield, so they run concurrently and their saves coalesce as before."""
+    """Async items yield, so they run concurrently and their saves coalesce as before.
+
+    First the checkpoint counting them (format 5's in_flight_items), then all four.
+    """
     log: list[str] = []
 
     async def translate(word: str, ctx: Any) -> str:
@@ -126,4 +129,4 @@ def test_async_items_are_still_saved_together() -> None:
 
     workflow = Workflow([Step.map("words", translate, over="split")])
     workflow.run_sync({"split": ["a", "b", "c", "d"]}, checkpoint_fn=saver(log, async_=False))
-    assert log[:4] == ["run a", "run b", "run c", "run d"]
+    assert log[:5] == ["saved 0 outputs 0 items", "run a", "run b", "run c", "run d"]

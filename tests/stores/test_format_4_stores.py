@@ -52,9 +52,9 @@ EXAMPLES = settings(
 
 
 def full() -> dict[str, Any]:
-    """A version 4 dict using every key format 4 adds, each outcome and a child's rows."""
+    """A current dict using every key formats 4 and 5 add, each outcome and a child's rows."""
     return {
-        "version": 4,
+        "version": 5,
         "run_id": "parent",
         "seq": 3,
         "step_index": 2,
@@ -83,10 +83,20 @@ def full() -> dict[str, Any]:
             ["research/draft", "doc-2", 1, "late", "gpt-4o", 300, 36, 2],
             ["research", None, 1, "ok", None, 0, 0, 1],
             ["summarize", None, 1, "override", None, 0, 0, 0],
+            ["chunks", "c-7", 1, "rate_limited", "gpt-4o-mini", 50, 0, 1],
         ],
         "in_flight": [["translate", None, 1], ["research/draft", "doc-3", 2]],
         "trace": TRACE,
         "lineage": copy.deepcopy(LINEAGE),
+        "attempts": [
+            ["summarize", None, 1, "failed", 1764583200000, 1764583201250],
+            ["research/draft", "doc-1", 2, "ok", 1764583201300, 1764583209999],
+            ["chunks", "c-7", 1, "rate_limited", 1764583210000, 1764583210000],
+        ],
+        "waits": {
+            "cool_down": {"due": "2026-12-01T11:00:00+00:00", "since": "2026-12-01T10:00:00+00:00"}
+        },
+        "in_flight_items": {"chunks": 3, "späť/ключ": 1},
     }
 
 
@@ -171,7 +181,7 @@ def stores(tmp_path: Path) -> Iterator[Stores]:
 def test_a_full_dict_round_trips_exactly_through_json() -> None:
     data = full()
     checkpoint = WorkflowCheckpoint.from_dict(json.loads(json.dumps(data)))
-    assert checkpoint.version == FORMAT_VERSION == 4
+    assert checkpoint.version == FORMAT_VERSION == 5
     assert checkpoint.to_dict() == data
     assert list(checkpoint.to_dict()) == list(data)
 
@@ -221,6 +231,7 @@ _in_flight = st.lists(
     ).map(list),
     max_size=3,
 )
+_counts = st.dictionaries(st.sampled_from(["m", "chunks", "ünï"]), st.integers(1, 10**6))
 _traces = st.one_of(
     st.just(TRACE),
     st.tuples(st.integers(1, 2**128 - 1), st.integers(1, 2**64 - 1)).map(
@@ -285,6 +296,9 @@ def runs(draw: st.DrawFn) -> list[WorkflowCheckpoint]:
             "in_flight": draw(_in_flight),
             "trace": trace if number >= trace_from else None,
             "lineage": lineage,
+            "attempts": [],
+            "waits": {},
+            "in_flight_items": draw(_counts),
         }
         read = WorkflowCheckpoint.from_dict(copy.deepcopy(data))
         new = read.ledger[len(read.ledger) - len(new_rows) :]
@@ -402,17 +416,27 @@ def test_json_lines_writes_the_ledger_rows_under_l_and_the_run_s_fields_in_run(
     assert lines[0]["run"]["lineage"] == LINEAGE
     assert lines[0]["l"] == full()["ledger"][:3]
     assert lines[0]["f"] == [["research", None, 1]]
-    assert "x" not in lines[0]
+    assert lines[0]["a"] == full()["attempts"][:1]  # format 5's attempts: under "a"
+    assert lines[0]["x"] == {"waits": full()["waits"]}  # no map item in flight: left out
+    assert lines[1]["x"] == {
+        "waits": full()["waits"],
+        "in_flight_items": full()["in_flight_items"],
+    }
     assert "run" not in lines[1]  # the trace and lineage did not change
     assert lines[1]["l"] == full()["ledger"][3:]
+    assert lines[1]["a"] == full()["attempts"][1:]  # each entry written once
     assert lines[1]["f"] == full()["in_flight"]
     assert "lk" not in lines[1]
+    assert "ak" not in lines[1]
     assert JsonLinesStore(store.path).load().to_dict() == second.to_dict()  # type: ignore[union-attr]
     assert store.load(seq=2).to_dict() == first.to_dict()  # type: ignore[union-attr]
 
 
 def _two_checkpoints() -> list[dict[str, Any]]:
-    """`full()`, and the checkpoint before it (seq 2): three rows, another attempt in flight."""
+    """`full()`, and the checkpoint before it (seq 2): three rows, another attempt in flight.
+
+    It holds the first of ``full()``'s attempts, and no map item in flight.
+    """
     before = full()
     before.update(
         seq=2,
@@ -420,6 +444,8 @@ def _two_checkpoints() -> list[dict[str, Any]]:
         outputs={"summarize": "short"},
         ledger=before["ledger"][:3],
         in_flight=[["research", None, 1]],
+        attempts=before["attempts"][:1],
+        in_flight_items={},
     )
     before["step_info"] = {"summarize": before["step_info"]["summarize"]}
     return [before, full()]
@@ -531,7 +557,7 @@ def test_a_schema_2_database_is_read_and_upgraded_on_first_write(tmp_path: Path)
     store(WorkflowCheckpoint.from_dict(new))
     with contextlib.closing(sqlite3.connect(path)) as connection:
         version = connection.execute("SELECT version FROM executionkit_schema").fetchall()
-    assert version == [(4,)]
+    assert version == [(5,)]  # upgraded to the current schema
     assert store.load("parent").to_dict() == new  # type: ignore[union-attr]
     assert [c.to_dict() for c in store.history("parent")] == [old.to_dict(), new]
     assert SQLiteStore(path).load("parent", seq=1) == old
@@ -544,7 +570,7 @@ def test_deleting_from_a_schema_2_database_upgrades_it_first(tmp_path: Path) -> 
     assert SQLiteStore(path).delete("parent")
     with contextlib.closing(sqlite3.connect(path)) as connection:
         version = connection.execute("SELECT version FROM executionkit_schema").fetchall()
-    assert version == [(4,)]
+    assert version == [(5,)]  # upgraded to the current schema
 
 
 def test_a_postgres_schema_2_database_is_upgraded_on_first_write(pg_uri: str) -> None:
@@ -569,7 +595,7 @@ def test_a_postgres_schema_2_database_is_upgraded_on_first_write(pg_uri: str) ->
         store.close()
     with psycopg.connect(pg_uri) as connection:
         version = connection.execute("SELECT version FROM executionkit_schema").fetchall()
-    assert version == [(4,)]
+    assert version == [(5,)]  # upgraded to the current schema
 
 
 # --- the conformance kit -------------------------------------------------------------------

@@ -564,9 +564,10 @@ def test_cli_history_lists_the_checkpoints_in_text(
     for row, checkpoint in zip(rows, target.saved, strict=True):
         assert row.startswith(f"  seq {checkpoint.seq:<2}  {checkpoint.created_at}  ")
     described = [row.split("  ", 3)[-1] for row in rows]
-    assert described[:6] == [
+    assert described[:7] == [
         "1 output; new: split",
         "1 output",
+        "1 output",  # the map counts its first item before it starts (in_flight_items)
         "1 output; 1 map item recorded",
         "1 output; 2 map items recorded",
         "1 output; 3 map items recorded",
@@ -610,21 +611,21 @@ def test_cli_history_json_is_each_checkpoint_info(
 def test_cli_seq_shows_that_checkpoint_as_inspect_shows_the_latest(
     kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``--seq 6`` shows checkpoint 6: its seq, failure, question and outputs; --json too."""
+    """``--seq 7`` shows checkpoint 7: its seq, failure, question and outputs; --json too."""
     target, location = cli_target(kind, tmp_path)
     try:
         tell(target, check_each=False)
-        code, out, err = inspect(capsys, location, "--seq", "6")
-        _, as_json, _ = inspect(capsys, location, "--seq", "6", "--json")
+        code, out, err = inspect(capsys, location, "--seq", "7")
+        _, as_json, _ = inspect(capsys, location, "--seq", "7", "--json")
     finally:
         target.close()
     assert (code, err) == (0, "")
-    assert "seq         6\n" in out
+    assert "seq         7\n" in out
     assert "failed      flaky: RuntimeError: rate limited\n" in out
     assert "waiting     approve" in out
     data = json.loads(as_json)
     assert (data["seq"], data["recorded"], list(data["waiting"])) == (
-        6,
+        7,
         ["split", "per"],
         ["approve"],
     )

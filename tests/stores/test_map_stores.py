@@ -2,7 +2,9 @@
 
 Each item of the map awaits its own `asyncio.Event`; the test releases them one
 at a time, each only once ``checkpoint_fn`` has stored the checkpoint of the
-one before, so every item lands in a checkpoint of its own. No sleeps.
+one before, so every item lands in a checkpoint of its own. Before any item
+starts, the map counts them in a checkpoint of its own (format 5's
+``in_flight_items``), with no new item. No sleeps.
 """
 
 from __future__ import annotations
@@ -197,14 +199,22 @@ class Drive:
         if resume_from is None:
             first = await next_stored()
             assert first.new_outputs == ("split",)
-        for key in order[:-1]:
+        # The map counts the items it starts (every item it has not recorded: no
+        # concurrency limit) in a checkpoint of its own before they start: no new
+        # output, no new item.
+        counting = await next_stored()
+        assert counting.new_outputs == ()
+        assert dict(counting.new_items) == {}
+        running = n - len(counting.items.get("m", {}).get("outputs", {}))
+        assert dict(counting.in_flight_items) == {"m": running}
+        # Then one checkpoint per item: the item, off the count.
+        for key in order[:-1] if fail is None else order:
             events[key].set()
             checkpoint = await next_stored()
+            running -= 1
             assert dict(checkpoint.new_items) == {"m": (key,)}
+            assert dict(checkpoint.in_flight_items) == {"m": running}
         if fail is not None:
-            if order:
-                events[order[-1]].set()
-                await next_stored()
             events[fail].set()
         elif order:
             events[order[-1]].set()
@@ -253,11 +263,22 @@ def test_every_checkpoint_of_a_map_is_stored_one_item_at_a_time_and_rebuilt_exac
         result = asyncio.run(drive.run(12, shuffled(12)))
         assert result.outputs["m"] == [output(key) for key in in_order(12)]
         saved = drive.saved
+        # The split's checkpoint, then the map's counting its twelve items before they
+        # start (no item, no output): the first item lands in the third.
+        assert [c.seq for c in saved[:2]] == [1, 2]
+        assert not saved[1].items
+        assert dict(saved[1].in_flight_items) == {"m": 12}
         with_items = [c for c in saved if c.items]
         assert len(with_items) >= 11  # the last item may land with the map's output
+        assert [c.seq for c in with_items[:11]] == list(range(3, 14))
         assert [dict(c.new_items)["m"] for c in with_items[:11]] == [
             (key,) for key in shuffled(12)[:11]
         ]
+        # While items run they are counted; the map is not listed by name in in_flight.
+        assert [dict(c.in_flight_items) for c in with_items[:11]] == [
+            {"m": 12 - landed} for landed in range(1, 12)
+        ]
+        assert all(not c.in_flight for c in saved if c.in_flight_items)
         assert with_items[3].items["m"]["cost"] == TokenUsage(8, 4, 4)
         last = target.load()
         assert last is not None
@@ -288,7 +309,9 @@ def test_a_finished_maps_items_are_deleted_without_history(
         assert not last.items
         assert_same(last, drive.saved[-1])
         if kind == "json-lines":
-            final = json.loads(target.where.read_text().splitlines()[-1])
+            lines = [json.loads(line) for line in target.where.read_text().splitlines()]
+            assert lines[1]["x"] == {"in_flight_items": {"m": 6}}  # the map's counting line
+            final = lines[-1]
             assert "i" not in final
             assert "x" not in final
         else:
@@ -322,8 +345,15 @@ def _item_growth(kind: str, folder: Path, request: pytest.FixtureRequest, n: int
             assert sum(added.values()) == n
     finally:
         target.close()
-    # The checkpoints that each stored one item: all but the first two and the last.
-    return [g for c, g in zip(drive.saved, drive.growth, strict=True) if c.new_items]
+    # The checkpoints that each stored one item: all but the first two (the split's, and
+    # the map's counting its items) and the last two (the map's output, the step after).
+    one_item = [c.seq for c in drive.saved if c.new_items]
+    assert one_item == list(range(3, n + 3))
+    assert [c.seq for c in drive.saved] == list(range(1, n + 5))
+    assert dict(drive.saved[1].in_flight_items) == {"m": n}
+    return [drive.growth[1]] + [
+        g for c, g in zip(drive.saved, drive.growth, strict=True) if c.new_items
+    ]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -332,14 +362,19 @@ def test_bytes_written_per_item_do_not_grow_with_the_number_of_items(
 ) -> None:
     # Ten times the items; on PostgreSQL each save is a durable commit, so 200 (not more)
     # keeps this test at a few seconds.
-    small = _item_growth(kind, folder, request, 20)
-    large = _item_growth(kind, folder, request, 200)
+    (small_count, *small) = _item_growth(kind, folder, request, 20)
+    (large_count, *large) = _item_growth(kind, folder, request, 200)
     item_size = len(json.dumps(output("k199"), separators=(",", ":")))
     # A line (or a header and a row) of a constant size plus the new item: a few
-    # more digits in the key, seq and cost at 200 items, never the items before.
+    # more digits in the key, seq, cost and count of items in flight at 200 items,
+    # never the items before.
     assert max(large) <= 600 + item_size
     assert max(large) - max(small) <= 16
     assert min(large) >= item_size  # the item itself is written
+    # The checkpoint counting the map's items before they start holds no item: a
+    # line (or a header) of a constant size, a count of items, not the items.
+    assert large_count <= 600
+    assert large_count - small_count <= 16
 
 
 # --- resume ----------------------------------------------------------------------------------
@@ -393,7 +428,10 @@ def test_rerun_of_a_map_drops_the_stored_items(
         )
         assert sorted(again.calls) == in_order(5)
         assert result.outputs["m"] == [output(key) for key in in_order(5)]
-        # The old items never come back: each checkpoint holds only the items released.
+        # The old items never come back: each checkpoint holds only the items released,
+        # from the first, which counts the five items about to run again.
+        assert not again.saved[0].items
+        assert dict(again.saved[0].in_flight_items) == {"m": 5}
         later = [list(c.items["m"]["outputs"]) for c in again.saved if c.items]
         assert later[:3] == [["k4"], ["k4", "k2"], ["k4", "k2", "k3"]]
         if kind != "json-lines":
@@ -504,13 +542,26 @@ def _items_file(tmp_path: Path) -> tuple[JsonLinesStore, WorkflowCheckpoint]:
 def test_item_lines_hold_the_new_items_and_each_maps_cost(tmp_path: Path) -> None:
     store, latest = _items_file(tmp_path)
     lines = [json.loads(line) for line in store.path.read_text().splitlines()]
+    assert [line["s"] for line in lines] == [1, 2, 3, 4, 5]
     assert [line.get("i") for line in lines] == [
         None,
+        None,  # the map counts its first items before they start: no item yet
         {"m": [{"k2": output("k2")}, [2, 1, 1]]},
         {"m": [{"k0": output("k0")}, [4, 2, 2]]},
         {"m": [{}, [4, 2, 2]]},  # the failure: no new item, the cost as it was
     ]
-    assert all("x" not in line for line in lines)
+    # The items running or about to start, by map (format 5's in_flight_items, under
+    # "x"): all four, then one fewer as each lands; none once the map failed.
+    assert [line.get("x") for line in lines] == [
+        None,
+        {"in_flight_items": {"m": 4}},
+        {"in_flight_items": {"m": 3}},
+        {"in_flight_items": {"m": 2}},
+        None,
+    ]
+    assert lines[1]["n"] == {}
+    # A map of functions is counted, not listed by name among the attempts in flight.
+    assert all("f" not in line and "fd" not in line for line in lines)
     assert_same(JsonLinesStore(store.path).load(), latest)
 
 
@@ -521,6 +572,7 @@ def test_compact_keeps_the_items_of_an_unfinished_map(tmp_path: Path) -> None:
     assert json.loads(line)["i"] == {
         "m": [{"k2": output("k2"), "k0": output("k0")}, [4, 2, 2], "all"]
     }
+    assert "x" not in json.loads(line)  # the map failed: no item counted in flight
     assert_same(JsonLinesStore(store.path).load(), latest)
 
 
@@ -530,7 +582,7 @@ def test_lines_written_before_items_had_their_own_key_still_load(tmp_path: Path)
     for line in lines:  # as the store wrote them before: every item, whole, under "x"
         if "i" in line:
             del line["i"]
-            line["x"] = {"items": latest.to_dict()["items"]}
+            line["x"] = {**line.get("x", {}), "items": latest.to_dict()["items"]}
     store.path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     assert_same(JsonLinesStore(store.path).load(), latest)
 
@@ -553,13 +605,15 @@ def test_damaged_item_entries_name_the_line(
 ) -> None:
     store, _ = _items_file(tmp_path)
     lines = [json.loads(line) for line in store.path.read_text().splitlines()]
-    lines[1].update(change)
-    if lines[1].get("i") is None:
-        lines[1].pop("i")
+    first_item = lines[2]  # after the split's line and the map's counting line
+    assert "i" in first_item
+    first_item.update(change)
+    if first_item.get("i") is None:
+        first_item.pop("i")
     store.path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     with pytest.raises(CheckpointFormatError) as caught:
         JsonLinesStore(store.path).load()
-    assert str(caught.value).startswith(f"{store.path}:2: not a checkpoint line (")
+    assert str(caught.value).startswith(f"{store.path}:3: not a checkpoint line (")
     assert problem in str(caught.value)
 
 
@@ -579,7 +633,7 @@ def test_sqlite_tables_of_schema_version_1_are_refused_by_name(tmp_path: Path) -
         SQLiteStore(store.path).load()
     assert str(caught.value) == (
         f"{store!r}: the executionkit tables have schema version [1], this version of "
-        f"executionkit reads [2, 3, 4] (version 1, written by an unreleased executionkit, kept "
+        f"executionkit reads [2, 3, 4, 5] (version 1, written by an unreleased executionkit, kept "
         f"the items of unfinished maps whole in every checkpoint's header; save into a new "
         f"database)"
     )

@@ -148,7 +148,7 @@ def test_tables_of_another_schema_version_are_refused(pg_uri: str) -> None:
             call()
         assert str(caught.value).endswith(
             ": the executionkit tables have schema version [7], this version of executionkit "
-            "reads [2, 3, 4]"
+            "reads [2, 3, 4, 5]"
         )
     store.close()
 

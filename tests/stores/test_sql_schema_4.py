@@ -1,4 +1,8 @@
-"""Schema 4 of the SQL stores: databases of schemas 2 and 3 are read, and upgraded by a write."""
+"""Schema 4 of the SQL stores: databases of schemas 2 and 3 are read, and upgraded by a write.
+
+A write upgrades them to the current schema, 5, which adds the attempts table to 4's
+layout (tests/stores/test_format_5_stores.py upgrades a schema 4 database).
+"""
 
 from __future__ import annotations
 
@@ -63,8 +67,10 @@ def _layout(path: Path) -> tuple[list[tuple[int]], dict[str, str]]:
 
 
 def _schema_4_layout(path: Path) -> None:
+    """Schema 4's layout, as the current schema (5) keeps it, with the attempts table."""
     version, found = _layout(path)
-    assert version == [(4,)]
+    assert version == [(5,)]
+    assert "executionkit_attempts" in found
     assert not [name for name in found if name.endswith("_dropped")]
     assert found["executionkit_runs"].endswith("WITHOUT ROWID")
     assert found["executionkit_headers"].endswith("WITHOUT ROWID")
@@ -147,5 +153,5 @@ def test_a_postgres_schema_3_database_is_upgraded_in_place_by_a_write(pg_uri: st
         indexes = connection.execute(
             "SELECT indexname FROM pg_indexes WHERE indexname LIKE 'executionkit_%_dropped'"
         ).fetchall()
-    assert version == [(4,)]
+    assert version == [(5,)]
     assert indexes == []

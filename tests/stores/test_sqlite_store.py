@@ -173,14 +173,14 @@ def test_tables_of_another_schema_version_are_refused(tmp_path: Path) -> None:
     store(chain_checkpoints(1)[0])
     connection = sqlite3.connect(store.path)
     with connection:
-        connection.execute("UPDATE executionkit_schema SET version = 5")
+        connection.execute("UPDATE executionkit_schema SET version = 6")
     connection.close()
     for call in (store.load, lambda: SQLiteStore(store.path)(chain_checkpoints(2)[1])):
         with pytest.raises(CheckpointFormatError) as caught:
             call()
         assert str(caught.value) == (
-            f"{store!r}: the executionkit tables have schema version [5], this version of "
-            f"executionkit reads [2, 3, 4]"
+            f"{store!r}: the executionkit tables have schema version [6], this version of "
+            f"executionkit reads [2, 3, 4, 5]"
         )
 
 

@@ -418,7 +418,9 @@ def test_with_nothing_to_blame_the_message_says_what_json_said() -> None:
 
 def test_sqlite_creates_the_documented_tables(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "runs.db", history=True)
-    store(checkpoints(1)[0])
+    (checkpoint,) = checkpoints(1)
+    store(checkpoint)
+    ended = [list(entry) for entry in checkpoint.attempts]  # format 5: when each attempt ran
     connection = sqlite3.connect(store.path)
     tables = ("executionkit_schema", "executionkit_runs", "executionkit_headers")
     try:
@@ -429,15 +431,24 @@ def test_sqlite_creates_the_documented_tables(tmp_path: Path) -> None:
                 "executionkit_outputs",
                 "executionkit_items",
                 "executionkit_ledger",
+                "executionkit_attempts",
             )
         }
         runs = connection.execute("SELECT run_id, seq, written, next_ord FROM executionkit_runs")
-        assert runs.fetchall() == [("r", 1, 1, 2)]  # an output row and a ledger row
-        assert connection.execute("SELECT version FROM executionkit_schema").fetchall() == [(4,)]
+        # An output row, a ledger row and a row per attempts entry.
+        assert runs.fetchall() == [("r", 1, 1, 2 + len(ended))]
+        assert connection.execute("SELECT version FROM executionkit_schema").fetchall() == [(5,)]
         rows = connection.execute("SELECT ord, name, added, dropped FROM executionkit_outputs")
         assert rows.fetchall() == [(0, "s0", 1, None)]
         ledger = connection.execute("SELECT * FROM executionkit_ledger")
         assert ledger.fetchall() == [("r", 1, 1, None, "s0", None, 1, "ok", None, 0, 1, 1)]
+        attempts = connection.execute(
+            "SELECT ord, added, dropped, step, item, attempt, outcome, started, ended "
+            "FROM executionkit_attempts ORDER BY ord"
+        )
+        assert [list(row) for row in attempts] == [
+            [2 + number, 1, None, *entry] for number, entry in enumerate(ended)
+        ]
         mode = connection.execute("PRAGMA journal_mode").fetchone()
     finally:
         connection.close()
@@ -461,6 +472,18 @@ def test_sqlite_creates_the_documented_tables(tmp_path: Path) -> None:
             "input_tokens",
             "output_tokens",
             "llm_calls",
+        ],
+        "executionkit_attempts": [
+            "run_id",
+            "ord",
+            "added",
+            "dropped",
+            "step",
+            "item",
+            "attempt",
+            "outcome",
+            "started",
+            "ended",
         ],
     }
 

@@ -50,6 +50,8 @@ def serve_command(args: argparse.Namespace) -> int:
             )
             raise CliError(msg)
         workflow = None if args.workflow is None else load_workflow(args.workflow)
+        if workflow is not None:
+            flags.check_limits(workflow)
         source = Source(location, workflow)
         tracker = Tracker()
         resumer = None
