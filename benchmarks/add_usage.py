@@ -10,8 +10,9 @@ no-op async steps three ways:
 
 with a ``checkpoint_fn`` that keeps nothing (the ledger rows are written into
 each checkpoint all the same). The garbage collector is off while a run is
-timed. Medians of ``--repeat`` runs after two warm-up runs, in microseconds per
-step, and each way's difference from ``none`` in the same command::
+timed. Medians of ``--repeat`` runs after two warm-up rounds, the ways taking
+turns round by round, in microseconds per step, and each way's difference from
+``none`` in the same command::
 
     python benchmarks/add_usage.py [--size 2000] [--repeat 9]
 
@@ -54,22 +55,27 @@ async def with_result(_ctx: Any) -> PatternResult[int]:
 WAYS = {"none": silent, "add_usage": reporting, "result": with_result}
 
 
-def per_step(fn: Any, size: int, repeat: int) -> float:
-    """Median µs per step of a wide batch of ``size`` steps running ``fn``."""
-    workflow = Workflow([Step(f"s{n}", fn) for n in range(size)])
-    times = []
+def per_step(size: int, repeat: int) -> dict[str, float]:
+    """Median µs per step of each way: a wide batch of ``size`` steps running its function.
+
+    The ways take turns round by round (after two warm-up rounds), so a machine
+    that slows down or speeds up meanwhile weighs on each alike.
+    """
+    flows = {way: Workflow([Step(f"s{n}", fn) for n in range(size)]) for way, fn in WAYS.items()}
+    times: dict[str, list[float]] = {way: [] for way in WAYS}
     for round_ in range(repeat + 2):
-        gc.collect()
-        gc.disable()
-        try:
-            began = time.perf_counter()
-            workflow.run_sync(checkpoint_fn=lambda _checkpoint: None)
-            took = time.perf_counter() - began
-        finally:
-            gc.enable()
-        if round_ >= 2:  # two warm-up runs
-            times.append(took)
-    return statistics.median(times) / size * 1e6
+        for way, workflow in flows.items():
+            gc.collect()
+            gc.disable()
+            try:
+                began = time.perf_counter()
+                workflow.run_sync(checkpoint_fn=lambda _checkpoint: None)
+                took = time.perf_counter() - began
+            finally:
+                gc.enable()
+            if round_ >= 2:  # two warm-up rounds
+                times[way].append(took)
+    return {way: statistics.median(values) / size * 1e6 for way, values in times.items()}
 
 
 def main() -> None:
@@ -78,7 +84,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=9)
     args = parser.parse_args()
-    figures = {way: per_step(fn, args.size, args.repeat) for way, fn in WAYS.items()}
+    figures = per_step(args.size, args.repeat)
     base = figures["none"]
     print(f"| way ({args.size} steps, median of {args.repeat}) | µs per step | more than none |")
     print("|---|---:|---:|")

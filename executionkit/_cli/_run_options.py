@@ -75,7 +75,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help=(
             "a JSON price file (model to input_per_million and output_per_million dollars, "
-            "'*' for any other model), for --budget dollars=N"
+            "'*' for any other model): for --budget dollars=N, and to show the bill in "
+            "dollars (run's progress, serve's pages)"
         ),
     )
     group.add_argument(
@@ -177,7 +178,9 @@ class RunFlags:
         if args.trace is not None:
             tracing, flags.provider = _tracing(args.trace)
             flags.listeners.append(tracing)
-        flags.asked = bool(options or flags.listeners or flags.history)
+        # --prices alone also shows dollars (serve's pages), with or without a workflow.
+        chosen = [name for name in options if name != "prices"]
+        flags.asked = bool(chosen or flags.listeners or flags.history)
         return flags
 
     def check_limits(self, workflow: Workflow) -> None:

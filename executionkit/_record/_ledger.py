@@ -46,8 +46,11 @@ class Spend:
 
     def by_model(self, extra: TokenUsage | None) -> dict[str | None, TokenUsage]:
         """The usage by model, ``extra`` (a result's cost) counted with no model."""
+        reported = self.reported
+        if len(reported) == 1 and (extra is None or extra == _ZERO):
+            return dict(reported)  # the common case: one report, nothing to add
         totals: dict[str | None, TokenUsage] = {}
-        for model, usage in self.reported:
+        for model, usage in reported:
             totals[model] = totals.get(model, _ZERO) + usage
         if extra is not None and extra != _ZERO:
             totals[None] = totals.get(None, _ZERO) + extra
@@ -124,9 +127,14 @@ class Ledger:
             return extra
         if not spend.reported and (extra is None or extra == _ZERO):
             return _ZERO
-        total = _ZERO
         append = self.entries.append
-        for model, usage in spend.by_model(extra).items():
+        models = spend.by_model(extra)
+        if len(models) == 1:  # the common case: one model, its usage is the total
+            ((model, usage),) = models.items()
+            append(LedgerEntry(step, key, spend.attempt, outcome, model, usage))
+            return usage
+        total = _ZERO
+        for model, usage in models.items():
             append(LedgerEntry(step, key, spend.attempt, outcome, model, usage))
             total += usage
         return total

@@ -188,3 +188,36 @@ def _completed_steps(count: int) -> str:
     if count == 0:
         return "no completed step"
     return "1 completed step" if count == 1 else f"{count} completed steps"
+
+
+class _SummedWhenRead:
+    """`WorkflowResult.spending` of a run's own result: its ledger rows summed when first read.
+
+    Summing is a pass over every row; most results are used for their outputs
+    only. A result built by its constructor holds ``spending`` in its
+    ``__dict__``, which takes precedence: for it this is never called.
+    """
+
+    def __get__(self, instance: object, owner: type | None = None) -> Any:
+        if instance is None:  # the class attribute
+            msg = "type object 'WorkflowResult' has no attribute 'spending'"
+            raise AttributeError(msg)
+        fields = instance.__dict__
+        rows, restored = fields.pop("_rows")
+        summed = fields["spending"] = Spending.of(rows, restored)
+        return summed
+
+
+def run_result(rows: tuple[Any, ...], restored_rows: int, **fields: Any) -> WorkflowResult:
+    """A run's `WorkflowResult`, whose ``spending`` sums ``rows`` when first read.
+
+    The first ``restored_rows`` of them came from the checkpoint resumed.
+    """
+    result = WorkflowResult(**fields)
+    state = result.__dict__
+    del state["spending"]
+    state["_rows"] = (rows, restored_rows)
+    return result
+
+
+WorkflowResult.spending = _SummedWhenRead()  # type: ignore[assignment]  # after @dataclass

@@ -16,11 +16,15 @@ import time
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from executionkit._checkpoint._ledger import Spending
 from executionkit._checkpoint._output_log import Extended
 from executionkit._checkpoint._value import trusted_checkpoint
 from executionkit._errors import error_text
-from executionkit._record._result import BudgetExceeded, WorkflowFailed, WorkflowResult
+from executionkit._record._result import (
+    BudgetExceeded,
+    WorkflowFailed,
+    WorkflowResult,
+    run_result,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -128,7 +132,10 @@ class Snapshots:
             ordered = dict(outputs)  # landed in declaration order: one copy at C speed
         else:
             ordered = {name: outputs[name] for name in names if name in outputs}
-        return WorkflowResult(
+        ledger = record.ledger
+        return run_result(
+            tuple(ledger.entries),
+            ledger.restored,
             outputs=MappingProxyType(ordered),
             pending=MappingProxyType(record.waiting()),
             cost=record.cost,
@@ -138,7 +145,6 @@ class Snapshots:
             invalidated=record.invalidated,
             discarded=record.discarded,
             skipped=record.skips.in_order() if record.skips.skipped else EMPTY,
-            spending=Spending.of(record.ledger.entries, record.ledger.restored),
         )
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Protocol
 
+from executionkit._types import TokenUsage
+
 if TYPE_CHECKING:
     import asyncio
-
-    from executionkit._types import TokenUsage
 
 
 class _Host(Protocol):
@@ -99,8 +99,6 @@ class StepContext:
             TypeError: If ``usage`` is not a `TokenUsage` or ``model`` is not
                 a str or None.
         """
-        from executionkit._types import TokenUsage  # noqa: PLC0415 - loaded already
-
         given: object = usage
         if not isinstance(given, TokenUsage):
             msg = (

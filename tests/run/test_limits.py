@@ -621,3 +621,42 @@ def test_room_agrees_with_wait_in_every_state(
             window.pause(now, later)
         room = window.room(now, estimate, 10)
         assert (room > 0) == (window.wait(now, estimate) == 0), (room, action)
+
+
+def test_a_429_pauses_a_shared_key_and_running_attempts_renew_their_leases(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from executionkit._limits import Shared  # noqa: PLC0415
+    from executionkit._run import _limiter  # noqa: PLC0415
+    from executionkit.stores import SQLiteStore  # noqa: PLC0415
+
+    monkeypatch.setattr(_limiter, "LEASE", 0.03)  # renewed every 10 ms
+    renewed: list[list[str]] = []
+    renew = Shared.renew
+
+    def counted(self: Shared, ids: list[str], now: float) -> None:
+        renewed.append(list(ids))
+        renew(self, ids, now)
+
+    monkeypatch.setattr(Shared, "renew", counted)
+    name = key()
+
+    async def call(ctx: Any) -> str:
+        if current_step().attempt == 1:
+            raise RateLimited(retry_after=0.01)
+        await asyncio.sleep(0.1)  # the call: long enough for its lease to be renewed
+        return "ok"
+
+    store = SQLiteStore(tmp_path / "runs.db")
+    try:
+        result = Workflow([Step("a", call, limit=name)]).run_sync(
+            limits=[Limit(name, concurrency=1)], checkpoint_fn=store, run_id="r"
+        )
+        state: Any = store.limit_state(name, lambda found: (found, found))
+    finally:
+        store.close()
+    assert result.outputs["a"] == "ok"
+    assert state["paused"] is not None  # the 429 paused the database's key
+    assert state["open"] == {}  # and every place was given back
+    assert renewed  # the second attempt's lease was renewed while it ran
+    assert all(len(ids) == 1 for ids in renewed)

@@ -210,7 +210,17 @@ def most_in_window(starts: list[float], width: float) -> int:
 
 
 def test_a_token_window_is_shared_by_the_processes_of_a_sqlite_file(tmp_path: Path) -> None:
-    starts = token_run(tmp_path, [f"sqlite:{tmp_path / 'runs.db'}"] * WORKERS)
+    check_token_window(token_run(tmp_path, [f"sqlite:{tmp_path / 'runs.db'}"] * WORKERS))
+
+
+def test_a_token_window_is_shared_by_the_processes_of_a_postgres_database(
+    tmp_path: Path, pg_uri: str
+) -> None:
+    check_token_window(token_run(tmp_path, [pg_uri] * WORKERS))
+
+
+def check_token_window(starts: list[float]) -> None:
+    """At most ALLOWED starts in any window, and the window throttled them."""
     assert most_in_window(starts, PER - SLACK) <= ALLOWED, starts
     # Throttled: starts i and i + 6 are at least PER apart (by their stamps), so the 32
     # starts span at least 5 windows, less the lag of the first mark.

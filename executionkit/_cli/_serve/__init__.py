@@ -52,7 +52,7 @@ def serve_command(args: argparse.Namespace) -> int:
         workflow = None if args.workflow is None else load_workflow(args.workflow)
         if workflow is not None:
             flags.check_limits(workflow)
-        source = Source(location, workflow)
+        source = Source(location, workflow, prices=flags.options.get("prices"))
         tracker = Tracker()
         resumer = None
         if workflow is not None:

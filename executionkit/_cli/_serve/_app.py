@@ -12,7 +12,7 @@ from executionkit._cli._location import DatabaseLocation
 from executionkit._cli._serve._answers import RunEvents, Tracker
 from executionkit._cli._serve._html import RunPage, header, run_main, runs_main
 from executionkit._cli._serve._http import PER_PAGE, page_count
-from executionkit._cli._serve._runs import child_checkpoint, ledger_by_step, step_views
+from executionkit._cli._serve._runs import bill, child_checkpoint, ledger_by_step, step_views
 from executionkit._cli._text import invocation
 from executionkit._define._questions import waiting_in
 
@@ -64,6 +64,8 @@ class App:
         running = {name for name, seen in events.steps.items() if seen.running}
         workflow = self.source.workflow if child is None else None
         steps = step_views(checkpoint, workflow, dict.fromkeys(running), events.failed_items)
+        prices = self.source.prices
+        text, dollars = (None, {}) if prices is None else bill(checkpoint, prices)[:2]
         page = RunPage(
             page_id,
             child,
@@ -77,6 +79,8 @@ class App:
             self._answer_command(page_id, root),
             message,
             ledger_by_step(checkpoint, (step.name for step in steps)),
+            text,
+            dollars,
         )
         title = f"run {page_id}" if child is None else f"run {page_id} / {child}"
         return run_main(page), title, status == "running"

@@ -84,26 +84,30 @@ def runs_main(rows: Sequence[RunRow], *, page: int, pages: int, count: int) -> M
     """The runs page: one row per run, newest first, a page of them at a time."""
     if not rows:
         return html("<h1>Runs</h1><p>No run saved here yet.</p>")
+    priced = any(row.dollars is not None for row in rows)
     return html(
         "<h1>Runs</h1><p>{}</p>"
         '<table class="runs"><thead><tr><th>run</th><th>status</th><th>steps done</th>'
-        "<th>tokens</th><th>last checkpoint</th><th>questions waiting</th></tr></thead>"
+        "<th>tokens</th>{}<th>last checkpoint</th><th>questions waiting</th></tr></thead>"
         "<tbody>{}</tbody></table>{}",
         f"{count:,} run{'' if count == 1 else 's'}, newest first.",
-        join(_run_row(row) for row in rows),
+        html("<th>dollars</th>") if priced else html(""),
+        join(_run_row(row, priced=priced) for row in rows),
         _pager(page, pages),
     )
 
 
-def _run_row(row: RunRow) -> Markup:
-    """One run's row of the runs page."""
+def _run_row(row: RunRow, *, priced: bool = False) -> Markup:
+    """One run's row of the runs page (``priced``: with its bill)."""
+    dollars = html('<td class="number">{}</td>', row.dollars or "-") if priced else html("")
     return html(
         '<tr><td class="run-id">{}</td><td>{}</td><td>{}</td><td class="number">{}</td>'
-        "<td>{}</td><td>{}</td></tr>",
+        "{}<td>{}</td><td>{}</td></tr>",
         run_link(row.run_id, row.run_id or _NO_RUN_ID),
         status_word(row.status),
         f"{row.done}{'' if row.total is None else f' of {row.total}'}",
         f"{row.tokens:,}",
+        dollars,
         row.saved_at or "-",
         join(row.questions, ", ") or "-",
     )
@@ -137,6 +141,8 @@ class RunPage:
     answer_command: str
     message: str | None = None
     ledger: Mapping[str, StepLedger] = field(default_factory=dict)  # the checkpoint's, by step
+    bill: str | None = None  # with --prices: the run's bill in dollars
+    dollars: Mapping[str, str] = field(default_factory=dict)  # and each step's
 
 
 def run_main(run: RunPage) -> Markup:
@@ -159,6 +165,8 @@ def run_main(run: RunPage) -> Markup:
             ),
         ),
     ]
+    if run.bill is not None:
+        facts.append(("dollars", run.bill))
     failed = [
         html('<a href="#step-{}">{}</a>', number, step.name)
         for number, step in enumerate(run.steps)
@@ -283,9 +291,10 @@ def _attempts(run: RunPage, step: StepView) -> str:
 def _tokens(run: RunPage, step: StepView) -> str:
     """The step's tokens, as text: from the ledger (with the wasted part), else its events."""
     recorded = run.ledger.get(step.name)
+    dollars = run.dollars.get(step.name)
     if recorded is not None:
         wasted = f" ({recorded.wasted:,} wasted)" if recorded.wasted else ""
-        return f"{recorded.tokens:,}{wasted}"
+        return f"{recorded.tokens:,}{wasted}" + ("" if dollars is None else f", {dollars}")
     seen = run.events.steps.get(step.name)
     return "-" if seen is None or seen.tokens is None else f"{seen.tokens:,}"
 

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from executionkit._checkpoint._value import WorkflowCheckpoint
     from executionkit._cli._location import Location  # noqa: TC004 - dataclass annotations stay strings
     from executionkit._owner import RunOwner
+    from executionkit._prices import Prices  # noqa: TC004 - dataclass annotations stay strings
     from executionkit._workflow import Workflow  # noqa: TC004 - dataclass annotations stay strings
 
 STATUSES = ("running", "waiting", "failed", "finished")
@@ -56,6 +57,7 @@ class RunRow:
     tokens: int
     saved_at: str | None
     questions: tuple[str, ...]
+    dollars: str | None = None  # with --prices: the run's bill, "$1.2345"
 
 
 @dataclass(slots=True)
@@ -124,6 +126,7 @@ class Source:
     location: Location
     workflow: Workflow | None
     resuming: Callable[[str], bool] = field(default=lambda _run_id: False)
+    prices: Prices | None = None  # --prices: the pages show dollars
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[Reader]:
@@ -179,9 +182,36 @@ class Source:
                     cost.input_tokens + cost.output_tokens,
                     checkpoint.created_at,
                     tuple(waiting_in(checkpoint)),
+                    None if self.prices is None else bill(checkpoint, self.prices)[2],
                 )
             )
         return rows
+
+
+def bill(checkpoint: WorkflowCheckpoint, prices: Prices) -> tuple[str, dict[str, str], str]:
+    """The run's bill as the pages show it, each top-level step's dollars, and the total.
+
+    ``$0.0142 ($0.0138 spent, $0.0004 wasted)``, then what the prices do not
+    price (never $0) and how many attempts are of unknown usage. A
+    sub-workflow step's dollars are its steps'.
+    """
+    from executionkit._prices import dollars_text  # noqa: PLC0415 - with --prices only
+
+    priced = checkpoint.spending.priced(prices)
+    text = (
+        f"{dollars_text(priced.total)} ({dollars_text(priced.spent)} spent, "
+        f"{dollars_text(priced.wasted)} wasted)"
+    )
+    for model, usage in priced.unpriced.items():
+        text += f"; not priced: {usage.total_tokens:,} tokens of {model or 'no model'}"
+    if priced.unknown:
+        text += f"; {priced.unknown} attempt(s) of unknown usage"
+    steps: dict[str, Any] = {}
+    for path, amount in priced.by_step.items():
+        top = split_path(path)[0] if "/" in path else path
+        steps[top] = steps.get(top, 0) + amount
+    steps_text = {name: dollars_text(amount) for name, amount in steps.items()}
+    return text, steps_text, dollars_text(priced.total)
 
 
 @dataclass(slots=True)
