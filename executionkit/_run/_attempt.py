@@ -567,21 +567,14 @@ class Attempts:
             or away
             or (limiter is not None and ticket is None)
         ):
-            return await self._attempts(
-                step,
-                partial(self._call_item, position, step, view, item),
-                StepContext,
-                (key,),
-                away=away,
-                ticket=ticket,
-            )
+            call = partial(self._call_item, position, step, view, item)
+            return await self._attempts(step, call, StepContext, (key,), away=away, ticket=ticket)
         # The common case, kept lean (no coroutine of its own): one attempt, nothing to
         # time, admitted by its limit (if any) already.
         run: Any = step.run
         token = CURRENT_STEP.set((self._host, step.name, self._run_id, 1, 1, key))
         if ticket is not None:
             limiter.start(ticket)  # type: ignore[union-attr]  # a ticket comes from one
-            counts_tokens = ticket.window.limit.tokens is not None
         try:
             result = run(item, view)
             if type(result) is CoroutineType or inspect.isawaitable(result):
@@ -589,30 +582,25 @@ class Attempts:
         except Exception as exc:
             if not rate_limit_of(exc)[0]:
                 if ticket is not None:
-                    spent = (
-                        _attempt_tokens(self._ledger, step.name, key, None) if counts_tokens else 0
-                    )
-                    limiter.done(ticket, spent)  # type: ignore[union-attr]
+                    self._admitted_ended(ticket, step.name, key, None)
                 raise
             limited = exc  # a 429: tried again, without spending a retry
         else:
             if ticket is not None:
-                spent = (
-                    _attempt_tokens(self._ledger, step.name, key, result) if counts_tokens else 0
-                )
-                limiter.done(ticket, spent)  # type: ignore[union-attr]
+                self._admitted_ended(ticket, step.name, key, result)
             return result
         finally:
             CURRENT_STEP.reset(token)
+        call = partial(self._call_item, position, step, view, item)
         return await self._attempts(
-            step,
-            partial(self._call_item, position, step, view, item),
-            StepContext,
-            (key,),
-            away=away,
-            ticket=ticket,
-            first=limited,
+            step, call, StepContext, (key,), away=away, ticket=ticket, first=limited
         )
+
+    def _admitted_ended(self, ticket: Ticket, name: str, key: str | None, result: Any) -> None:
+        """The attempt ``ticket`` admitted ended: what it reported counts in its limit's window."""
+        counts = ticket.window.limit.tokens is not None
+        spent = _attempt_tokens(self._ledger, name, key, result) if counts else 0
+        self._limiter.done(ticket, spent)  # type: ignore[union-attr]  # a ticket comes from one
 
     async def _attempts(  # noqa: C901, PLR0912, PLR0915 - every ending of an attempt, in one loop
         self,
