@@ -221,18 +221,21 @@ class Limiter:
             waiting(wait)
         if slots is not None:
             slots.release()
+        held = False  # whether the slot given back is taken again
         try:
             while True:
                 await self._room(key, wait)
                 if slots is not None:
                     await _retake(slots)
+                    held = True
                 ticket, wait = self.try_admit(key, given)
                 if ticket is not None:
                     return ticket
                 if slots is not None:
                     slots.release()
+                    held = False
         except BaseException:
-            if slots is not None and ticket is None:
+            if slots is not None and not held:
                 slots.take()  # the caller gives its slot back as it ends, as always
             raise
 

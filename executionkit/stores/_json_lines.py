@@ -10,7 +10,7 @@ import threading
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from executionkit._checkpoint._lineage import lineage_dict
 from executionkit._checkpoint._value import FORMAT_VERSION, WorkflowCheckpoint
@@ -58,6 +58,8 @@ if TYPE_CHECKING:
     from executionkit._checkpoint._ledger import LedgerEntry
     from executionkit._checkpoint._times import Attempt
     from executionkit._owner import RunOwner
+
+_E = TypeVar("_E")
 
 
 @dataclass
@@ -694,11 +696,7 @@ def _ledger_rows(
     if previous is None:
         return checkpoint.ledger, None
     rows = next_ledger_rows(checkpoint, previous, ledger_length(previous))
-    if rows is not None:
-        return rows, None
-    held, wanted = previous.ledger, checkpoint.ledger
-    kept = common_prefix(held, wanted)
-    return wanted[kept:], (kept if kept < len(held) else None)
+    return (rows, None) if rows is not None else _tail(previous.ledger, checkpoint.ledger)
 
 
 def _attempt_entries(
@@ -714,7 +712,16 @@ def _attempt_entries(
     entries = next_attempts(checkpoint, previous, attempts_length(previous))
     if entries is not None:
         return entries, None
-    held, wanted = previous.attempts, checkpoint.attempts
+    return _tail(previous.attempts, checkpoint.attempts)
+
+
+def _tail(held: Sequence[_E], wanted: Sequence[_E]) -> tuple[Sequence[_E], int | None]:
+    """The slow path of an append-only log: compared entry by entry with the file's.
+
+    What a line appends (``wanted`` after what it has in common with ``held``),
+    and how many held entries it keeps, given only when the file holds entries
+    ``wanted`` does not.
+    """
     kept = common_prefix(held, wanted)
     return wanted[kept:], (kept if kept < len(held) else None)
 

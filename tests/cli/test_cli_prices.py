@@ -44,9 +44,13 @@ def _run_file(folder: Path) -> Path:
 
     saved: list[Any] = []
     with pytest.raises(WorkflowFailed):
-        Workflow([Step("draft", draft, retries=1, retry_delay=0), Step("check", check)]).run_sync(
-            checkpoint_fn=saved.append, run_id="r"
-        )
+        # check after draft: the ledger's rows, and so the bill's lines, in one order.
+        Workflow(
+            [
+                Step("draft", draft, retries=1, retry_delay=0),
+                Step("check", check, depends_on=("draft",)),
+            ]
+        ).run_sync(checkpoint_fn=saved.append, run_id="r")
     path = folder / "run.json"
     path.write_text(json.dumps(saved[-1].to_dict()), encoding="utf-8")
     (folder / "prices.json").write_text(json.dumps(PRICES), encoding="utf-8")
