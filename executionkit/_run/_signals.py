@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
-    from types import FrameType
 
 _R = TypeVar("_R")
 
@@ -47,12 +46,15 @@ async def terminate_on_sigterm(run: Coroutine[Any, Any, _R]) -> _R:
     loop = asyncio.get_running_loop()
     received: list[int] = []
 
-    def on_sigterm(signum: int, _frame: FrameType | None) -> None:
-        received.append(signum)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        loop.call_soon_threadsafe(task.cancel)
+    def on_sigterm() -> None:
+        received.append(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second one: the default action
+        task.cancel()
 
-    signal.signal(signal.SIGTERM, on_sigterm)
+    # Through the loop, not signal.signal alone: the kernel hands a process signal to
+    # any thread, and one taken by a step's worker thread must wake a loop that has
+    # nothing scheduled (its wakeup fd does; Ctrl-C's handler gains it too).
+    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
     try:
         return await run
     except asyncio.CancelledError:
@@ -61,4 +63,4 @@ async def terminate_on_sigterm(run: Coroutine[Any, Any, _R]) -> _R:
         task.uncancel()
         raise Terminated from None
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        loop.remove_signal_handler(signal.SIGTERM)  # back to the default action

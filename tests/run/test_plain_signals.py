@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[2]
 
 STEPS = """\
-import os, socket, time
+import os, signal, socket, threading, time
 
 from executionkit import Step, Workflow
 
@@ -47,9 +47,11 @@ def step(n):
         say(f"start s{n}")
         if n == 2 and MODE == "stuck-sleep":
             time.sleep(3600)
-        elif n == 2 and MODE == "stuck-socket":
+        elif n == 2 and MODE in ("stuck-socket", "SIGTERM-in-thread", "SIGINT-in-thread"):
             left, right = socket.socketpair()
             _KEEP.append((left, right))
+            if MODE.endswith("-in-thread"):  # the kernel may hand a signal to any thread
+                signal.pthread_kill(threading.get_ident(), getattr(signal, MODE.split("-")[0]))
             left.recv(1)  # a blocking read that never returns
         else:
             time.sleep(0.5)
@@ -164,6 +166,32 @@ def test_a_plain_step_past_the_grace_is_abandoned_left_in_flight_and_run_again(
     final = latest(tmp_path / "s.jsonl")
     assert dict(final.outputs) == {f"s{n}": n for n in range(10)}
     assert [(e.step, e.outcome) for e in final.ledger] == [("s2", "unknown")]
+
+
+@pytest.mark.parametrize(("name", "code"), [("SIGTERM", 143), ("SIGINT", 130)])
+def test_a_signal_taken_by_a_step_thread_still_wakes_the_run(
+    tmp_path: Path, name: str, code: int
+) -> None:
+    """A signal taken by the thread of a stuck plain step, the loop idle: the run still stops.
+
+    A process signal goes to any thread that does not block it. Caught in a
+    worker thread, it used to wait for the main thread to run Python again,
+    which an event loop with nothing scheduled never did: the run hung.
+    """
+    (tmp_path / "sigsteps.py").write_text(STEPS, encoding="utf-8")
+    args = ("--checkpoint", "s.jsonl", "--stop-grace", "0.2")
+    process = start(tmp_path, "sigsteps:workflow", *args, mode=f"{name}-in-thread")
+    watchdog = threading.Timer(60, process.kill)  # a run that misses the signal fails, not hangs
+    watchdog.start()
+    try:
+        out, err = process.communicate(timeout=90)
+    finally:
+        watchdog.cancel()
+    assert process.returncode == code, err
+    assert out.splitlines() == ["start s0", "start s1", "start s2"]
+    checkpoint = latest(tmp_path / "s.jsonl")
+    assert dict(checkpoint.outputs) == {"s0": 0, "s1": 1}
+    assert checkpoint.in_flight == (("s2", None, 1),)
 
 
 SOAK = """\
