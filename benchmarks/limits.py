@@ -11,8 +11,8 @@ ways, each with a ``checkpoint_fn`` that keeps nothing:
   window of every start and every token reservation;
 
 and prints the median seconds of ``--repeat`` runs of each (the ways taking
-turns, after a warm-up round) and each way's ratio to ``none`` from the same
-command::
+turns, after a warm-up round) and the median of each way's ratios to the
+``none`` run of the same round, in the same command::
 
     python benchmarks/limits.py [--items 10000] [--repeat 7]
 
@@ -69,11 +69,12 @@ def timed(flow: Workflow, limits: list[Limit] | None) -> float:
         gc.enable()
 
 
-def medians(items: int, repeat: int) -> dict[str, float]:
-    """Median seconds of each way, the ways taking turns round by round.
+def medians(items: int, repeat: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Median seconds of each way, and the median of its ratios to ``none`` round by round.
 
-    Interleaved, a machine that slows down or speeds up meanwhile weighs on
-    every way alike; a warm-up round first.
+    The ways take turns round by round (a warm-up round first), and each
+    ratio is to the ``none`` run of the same round: a machine that slows down
+    or speeds up meanwhile weighs on both sides of every ratio alike.
     """
     flows = {name: workflow(items, limited=limits is not None) for name, limits in WAYS.items()}
     times: dict[str, list[float]] = {name: [] for name in WAYS}
@@ -82,7 +83,12 @@ def medians(items: int, repeat: int) -> dict[str, float]:
             took = timed(flows[name], limits)
             if round_:
                 times[name].append(took)
-    return {name: statistics.median(values) for name, values in times.items()}
+    seconds = {name: statistics.median(values) for name, values in times.items()}
+    ratios = {
+        name: statistics.median(t / base for t, base in zip(values, times["none"], strict=True))
+        for name, values in times.items()
+    }
+    return seconds, ratios
 
 
 def main() -> None:
@@ -91,12 +97,11 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args()
-    results = medians(args.items, args.repeat)
-    base = results["none"]
+    seconds, ratios = medians(args.items, args.repeat)
     print(f"map of {args.items:,} no-op items, median of {args.repeat} runs")
     print(f"{'limit':<12} {'seconds':>9} {'ratio':>7}")
-    for name, took in results.items():
-        print(f"{name:<12} {took:>9.3f} {took / base:>6.2f}x")
+    for name, took in seconds.items():
+        print(f"{name:<12} {took:>9.3f} {ratios[name]:>6.2f}x")
 
 
 if __name__ == "__main__":

@@ -209,18 +209,31 @@ class Ticket:
     now may wait for the checkpoint counting it before it calls the provider.
     """
 
-    __slots__ = ("open", "reserving", "shared", "started", "tokens", "window", "windowed")
+    __slots__ = (
+        "open",
+        "reserving",
+        "shared",
+        "started",
+        "starting",
+        "tokens",
+        "window",
+        "windowed",
+    )
 
-    def __init__(self, window: Window, tokens: int) -> None:
-        """Admitted with ``tokens`` reserved, not started yet."""
+    def __init__(self, window: Window, tokens: int, reserving: bool) -> None:
+        """Admitted with ``tokens`` reserved, not started yet.
+
+        ``reserving``: it holds a place in a sliding window until it starts (else
+        only the key's concurrency counts it).
+        """
         self.window = window
         self.started: float | None = None
         self.tokens = tokens
         self.open = True
         self.windowed = False  # its start is in the window: its tokens count there
-        # Whether it holds a place in a sliding window until it starts (else only the
-        # key's concurrency counts it).
-        self.reserving = window.sliding
+        self.reserving = reserving
+        # Started on the run's loop, its stamp still to come (`Limiter.start_soon`).
+        self.starting = False
         # Its id in a window shared through a store, or None in one of this process.
         self.shared: str | None = None
 
@@ -355,20 +368,29 @@ class Window:
 
     def take(self, estimate: int) -> Ticket:
         """Admit an attempt (`wait` said 0): reserve its place and its tokens until it starts."""
-        ticket = Ticket(self, estimate)
-        if ticket.reserving:
-            self.reserved += 1
-            self.reserved_tokens += estimate
-        self.running += 1
+        (ticket,) = self.take_many(estimate, 1)
         return ticket
+
+    def take_many(self, estimate: int, count: int) -> list[Ticket]:
+        """Admit ``count`` attempts (`room` said so), reserving as `take` does each."""
+        reserving = self.sliding
+        tickets = [Ticket(self, estimate, reserving) for _ in range(count)]
+        if reserving:
+            self.reserved += count
+            self.reserved_tokens += estimate * count
+        self.running += count
+        return tickets
 
     def start(self, ticket: Ticket, now: float) -> None:
         """The admitted attempt of ``ticket`` starts now: it counts in the window from now.
 
         Starts come in time order, so the window stays sorted.
         """
-        if ticket.started is not None or not ticket.open:
-            return
+        if ticket.started is None and ticket.open:
+            self.stamp(ticket, now)
+
+    def stamp(self, ticket: Ticket, now: float) -> None:
+        """`start` for a ticket not stamped yet, open or closed already (`close`)."""
         ticket.started = now
         if not ticket.reserving:
             return
@@ -387,9 +409,12 @@ class Window:
 
         Its tokens replace its estimate while its start is in the window.
         """
-        if not ticket.open:
-            return
-        ticket.open = False
+        if ticket.open:
+            ticket.open = False
+            self.close(ticket, tokens, limited=limited)
+
+    def close(self, ticket: Ticket, tokens: int, *, limited: bool = False) -> None:
+        """`done` for a ticket its owner closed already (``open`` False), counted now."""
         self.running -= 1
         if ticket.started is None:  # never started: it gives its place back
             if ticket.reserving:
@@ -456,16 +481,15 @@ class Shared:
         window._starts.extend(float(t) for t in state.get("starts", ()))  # noqa: SLF001
         tickets: dict[str, Ticket] = {}
         for ticket_id, started, tokens in state.get("spent", ()):
-            ticket = Ticket(window, int(tokens))
+            ticket = Ticket(window, int(tokens), True)  # noqa: FBT003
             ticket.started = float(started)
             ticket.windowed = True
-            ticket.reserving = True
             ticket.open = False
             window._spent.append(ticket)  # noqa: SLF001
             window.tokens_in_window += ticket.tokens
             tickets[str(ticket_id)] = ticket
         for ticket_id, (started, tokens, reserving, expires) in state.get("open", {}).items():
-            ticket = tickets.get(ticket_id) or Ticket(window, int(tokens))
+            ticket = tickets.get(ticket_id) or Ticket(window, int(tokens), bool(reserving))
             ticket.open = True
             ticket.reserving = bool(reserving)
             ticket.started = None if started is None else float(started)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from executionkit._checkpoint._ledger import ZERO, LedgerEntry
+from executionkit._checkpoint._ledger import ZERO, LedgerEntry, ledger_row
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -28,25 +28,21 @@ _ZERO = ZERO
 _FIRST_REPORT = threading.Lock()
 
 
-class Spend:
-    """The usage reported by one attempt so far, by model.
+class Spend(list[tuple["str | None", "TokenUsage"]]):
+    """The usage reported by one attempt so far: a list of ``(model, usage)``.
 
-    `add` may be called from any thread the attempt runs in: it only appends
-    to a list (atomic in CPython); the loop reads it once the attempt ended.
+    Reports may come from any thread the attempt runs in: each only appends
+    (atomic in CPython); the loop reads the list once the attempt ended. A list
+    of its own kind, made in C, because every attempt that reports makes one.
     """
 
-    __slots__ = ("attempt", "reported")
+    __slots__ = ("attempt",)
 
-    def __init__(self, attempt: int) -> None:
-        self.attempt = attempt
-        self.reported: list[tuple[str | None, TokenUsage]] = []
-
-    def add(self, usage: TokenUsage, model: str | None) -> None:
-        self.reported.append((model, usage))
+    attempt: int
 
     def by_model(self, extra: TokenUsage | None) -> dict[str | None, TokenUsage]:
         """The usage by model, ``extra`` (a result's cost) counted with no model."""
-        reported = self.reported
+        reported = self
         if len(reported) == 1 and (extra is None or extra == _ZERO):
             return dict(reported)  # the common case: one report, nothing to add
         totals: dict[str | None, TokenUsage] = {}
@@ -55,6 +51,12 @@ class Spend:
         if extra is not None and extra != _ZERO:
             totals[None] = totals.get(None, _ZERO) + extra
         return totals
+
+
+def _spend(attempt: int) -> Spend:
+    spend = Spend()
+    spend.attempt = attempt
+    return spend
 
 
 def _never(step: str, key: str | None) -> bool:
@@ -93,16 +95,21 @@ class Ledger:
         the run) is booked as ``"late"``.
         """
         opened = self.open.get((step, key))
-        if not isinstance(opened, Spend) or opened.attempt != attempt:
-            with _FIRST_REPORT:  # two threads of one attempt may report first at once
-                opened = self.open.get((step, key))
-                fresh = opened is None and not self.ended(step, key)
-                if fresh or (type(opened) is int and opened == attempt):
-                    opened = self.open[step, key] = Spend(attempt)
-        if isinstance(opened, Spend) and opened.attempt == attempt:
-            opened.add(usage, model)
-        else:
-            self.late.append(LedgerEntry(step, key, attempt, "late", model, usage))
+        if type(opened) is not Spend or opened.attempt != attempt:
+            if opened is None:
+                if self.ended(step, key):
+                    opened = None
+                else:  # setdefault is atomic: two threads reporting first get one spend
+                    opened = self.open.setdefault((step, key), _spend(attempt))
+            if type(opened) is int and opened == attempt:
+                with _FIRST_REPORT:  # two threads may replace the number at once
+                    opened = self.open.get((step, key))
+                    if type(opened) is int and opened == attempt:
+                        opened = self.open[step, key] = _spend(attempt)
+            if type(opened) is not Spend or opened.attempt != attempt:
+                self.late.append(ledger_row(step, key, attempt, "late", model, usage))
+                return
+        opened.append((model, usage))
 
     def close(
         self,
@@ -123,15 +130,21 @@ class Ledger:
             if extra is None or extra == _ZERO:
                 return _ZERO
             number = attempt if spend is None else spend
-            self.entries.append(LedgerEntry(step, key, number, outcome, None, extra))
+            self.entries.append(ledger_row(step, key, number, outcome, None, extra))
             return extra
-        if not spend.reported and (extra is None or extra == _ZERO):
-            return _ZERO
+        reported = spend
+        if extra is None or extra is _ZERO or extra == _ZERO:
+            if len(reported) == 1:  # the common case: one report, its usage is the total
+                ((model, usage),) = reported
+                self.entries.append(ledger_row(step, key, spend.attempt, outcome, model, usage))
+                return usage
+            if not reported:
+                return _ZERO
         append = self.entries.append
         models = spend.by_model(extra)
         if len(models) == 1:  # the common case: one model, its usage is the total
             ((model, usage),) = models.items()
-            append(LedgerEntry(step, key, spend.attempt, outcome, model, usage))
+            append(ledger_row(step, key, spend.attempt, outcome, model, usage))
             return usage
         total = _ZERO
         for model, usage in models.items():

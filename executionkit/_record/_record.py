@@ -101,7 +101,10 @@ class Record:
         self.outputs = state.outputs
         self.log = OutputLog(state.stored)
         self.progress = state.progress
-        self.cost = state.cost
+        self._cost = state.cost
+        # Usage counted since `cost` was last read: summed when it is (a sum per step
+        # that reports usage would cost more than the rest of its bookkeeping).
+        self._spent: list[TokenUsage] = []
         self.seq = state.seq
         self._invalidated = state.invalidated
         self.invalidated = MappingProxyType(self._invalidated)
@@ -180,7 +183,13 @@ class Record:
         if key is not None:
             return key in self.items.recorded(name)
         position = self.graph.index.get(name)
-        return position is None or self.in_flight.ended(position)
+        return (  # InFlight.ended, inlined: asked on the first report of every attempt
+            position is None
+            or name in self.outputs
+            or position in self.landed
+            or position in self.failures
+            or name in self.skips.skipped
+        )
 
     def _answer(self, answers: Mapping[str, Any]) -> None:
         """Apply the run's answers, each the output of its ask step (checked first)."""
@@ -200,9 +209,23 @@ class Record:
         self.changes += 1
         return entry
 
+    @property
+    def cost(self) -> TokenUsage:
+        """What the run has spent so far, restored usage included."""
+        spent = self._spent
+        if spent:
+            spent.append(self._cost)
+            self._cost = TokenUsage(
+                sum(usage.input_tokens for usage in spent),
+                sum(usage.output_tokens for usage in spent),
+                sum(usage.llm_calls for usage in spent),
+            )
+            spent.clear()
+        return self._cost
+
     def child_saved(self, name: str, key: str | None, checkpoint: WorkflowCheckpoint) -> None:
         """Keep the child's latest checkpoint and count what it spent since the last one."""
-        self.cost += self.children.keep(name, key, checkpoint)
+        self._spent.append(self.children.keep(name, key, checkpoint))
         if checkpoint.new_ledger:
             prefix = join_path(name) if key is None else join_path(name, key)
             self.ledger.extend(prefix, checkpoint.new_ledger)
@@ -210,7 +233,7 @@ class Record:
 
     def child_finished(self, name: str, key: str | None, cost: TokenUsage) -> None:
         """The child completed: count the rest of what it spent; its output lands next."""
-        self.cost += self.children.drop(name, key, cost)
+        self._spent.append(self.children.drop(name, key, cost))
 
     def note_invalidated(self, name: str, reason: str) -> None:
         """Report that recorded work of step ``name`` is not used, and why."""
@@ -249,7 +272,7 @@ class Record:
             try:
                 stored = self._storable(position, result)
             except Exception as exc:  # noqa: BLE001 - an unrecordable output fails its step
-                self.cost += self.ledger.close(name, None, "failed", reported)
+                self._spent.append(self.ledger.close(name, None, "failed", reported))
                 self.fail(position, exc)
                 return None
         else:
@@ -259,7 +282,7 @@ class Record:
         else:
             cost = self.ledger.close(name, None, "ok", reported)
             if cost is not _ZERO:
-                self.cost += cost
+                self._spent.append(cost)
         self.landed[position] = (result, stored)
         if self.progress:
             self.progress.pop(name, None)
@@ -295,14 +318,14 @@ class Record:
                 stored = self._storable(position, result, key)
             except Exception as exc:  # noqa: BLE001 - an unrecordable output fails its item
                 cost = self.ledger.close(name, key, "failed", reported)
-                self.cost += cost
+                self._spent.append(cost)
                 return cost, exc
         if reported is None and not self._open:
             cost = _ZERO  # the common case: nothing reported, so no ledger row
         else:
             cost = self.ledger.close(name, key, "ok", reported)
             if cost is not _ZERO:
-                self.cost += cost
+                self._spent.append(cost)
                 self.items.spent(name, cost)
         self.items.add(name, key, stored, result)
         return cost, None
@@ -317,7 +340,7 @@ class Record:
         """An attempt of step ``name`` (item ``key``) ended without an output: count its usage."""
         cost = self.ledger.close(name, key, outcome)
         if cost is not _ZERO:
-            self.cost += cost
+            self._spent.append(cost)
             self.changes += 1
             self.last_waste[name, key] = cost
         return cost
@@ -338,7 +361,7 @@ class Record:
         """
         late = self.ledger.book_late(closing=closing)
         if late is not _ZERO:
-            self.cost += late
+            self._spent.append(late)
             self.changes += 1
 
     def skip(self, position: int, reason: str) -> None:

@@ -238,7 +238,7 @@ def _attempt_tokens(ledger: Ledger, name: str, key: str | None, result: Any) -> 
     tokens = 0
     spend = ledger.open.get((name, key))
     if spend is not None and type(spend) is not int:
-        for _model, usage in spend.reported:  # type: ignore[union-attr]
+        for _model, usage in spend:  # type: ignore[union-attr]
             tokens += usage.input_tokens + usage.output_tokens
     if isinstance(result, PatternResult):
         tokens += result.cost.input_tokens + result.cost.output_tokens
@@ -574,7 +574,7 @@ class Attempts:
         run: Any = step.run
         token = CURRENT_STEP.set((self._host, step.name, self._run_id, 1, 1, key))
         if ticket is not None:
-            limiter.start(ticket)  # type: ignore[union-attr]  # a ticket comes from one
+            limiter.start_soon(ticket)  # type: ignore[union-attr]  # a ticket comes from one
         try:
             result = run(item, view)
             if type(result) is CoroutineType or inspect.isawaitable(result):
@@ -597,10 +597,10 @@ class Attempts:
         )
 
     def _admitted_ended(self, ticket: Ticket, name: str, key: str | None, result: Any) -> None:
-        """The attempt ``ticket`` admitted ended: what it reported counts in its limit's window."""
+        """The attempt of ``ticket`` ended on the loop: what it reported counts in its limit."""
         counts = ticket.window.limit.tokens is not None
         spent = _attempt_tokens(self._ledger, name, key, result) if counts else 0
-        self._limiter.done(ticket, spent)  # type: ignore[union-attr]  # a ticket comes from one
+        self._limiter.end_soon(ticket, spent)  # type: ignore[union-attr]  # a ticket comes from one
 
     async def _attempts(  # noqa: C901, PLR0912, PLR0915 - every ending of an attempt, in one loop
         self,

@@ -134,7 +134,7 @@ class Waiting:
 class Limiter:
     """The limits one run draws on: admission, what attempts spent, pauses after a 429."""
 
-    __slots__ = ("_open", "_renewing", "_store", "limits", "windows")
+    __slots__ = ("_open", "_pending", "_renewing", "_store", "limits", "windows")
 
     def __init__(self, limits: Iterable[Limit], store: LimitStore | None = None) -> None:
         """Draw on ``limits``, shared by every run of the process or ``store``'s database."""
@@ -145,12 +145,17 @@ class Limiter:
         # Shared attempts admitted and not ended: their leases are renewed.
         self._open: dict[str, Ticket] = {}
         self._renewing: asyncio.Task[None] | None = None
+        # What attempts on the run's loop did during this pass of it, counted at its end
+        # (`start_soon`, `end_soon`): (ticket, -1) for a start, (ticket, tokens) for an end.
+        self._pending: list[tuple[Ticket, int]] = []
 
     def try_admit(self, key: str, given: int | None) -> tuple[Ticket | None, float]:
         """Admit an attempt of ``key`` now if it has room: its ticket, or None and the wait."""
         if self._store is not None:
             admitted, wait = self.admit_up_to(key, given, 1)
             return (admitted[0] if admitted else None), wait
+        if self._pending:
+            self._count()
         window = self.windows[key]
         with _LOCK:
             if window.timed:
@@ -170,6 +175,8 @@ class Limiter:
         """
         if self._store is not None:
             return self._shared_admit(key, given, most)
+        if self._pending:
+            self._count()
         window = self.windows[key]
         admitted: list[Ticket] = []
         wait = 0.0
@@ -177,8 +184,7 @@ class Limiter:
             timed = window.timed
             estimate = window.estimate(given) if window.limit.tokens is not None else 0
             now = time.monotonic() if timed else 0.0
-            take = window.take
-            admitted = [take(estimate) for _ in range(window.room(now, estimate, most))]
+            admitted = window.take_many(estimate, window.room(now, estimate, most))
             if len(admitted) < most:
                 wait = window.wait(now, estimate)
         return admitted, wait
@@ -194,11 +200,62 @@ class Limiter:
             ticket.started = 0.0
             return
         window = ticket.window
-        with _LOCK:
-            window.start(ticket, time.monotonic() if window.timed else 0.0)
+        with _LOCK:  # a reserving ticket is of a sliding window: timed
+            window.start(ticket, time.monotonic())
             listeners = _LISTENERS.get(window.limit.key)
             waiting = tuple(listeners) if listeners else ()
         for listener in waiting:  # its place now ends at a known time
+            listener()
+
+    def start_soon(self, ticket: Ticket) -> None:
+        """The admitted attempt starts now, on the run's loop: stamped at the end of this pass.
+
+        One clock read and one lock for every attempt a pass of the loop starts
+        (a map's wave starts in one), each stamped no earlier than it really
+        started: its place in the window never ends before the provider's does.
+        Until then it counts as starting now, as an admitted attempt does.
+        """
+        if ticket.shared is not None or not ticket.reserving:
+            self.start(ticket)
+            return
+        ticket.starting = True
+        pending = self._pending
+        pending.append((ticket, -1))
+        if len(pending) == 1:  # the first this pass: count them all at its end
+            asyncio.get_running_loop().call_soon(self._count)
+
+    def end_soon(self, ticket: Ticket, tokens: int) -> None:
+        """`done`, for an attempt on the run's loop: counted at the end of this pass.
+
+        Until then the key counts it as running (its concurrency) and as
+        spending its estimate; every admission of this run counts it first.
+        """
+        if ticket.shared is not None:
+            self.done(ticket, tokens)
+        elif ticket.open:
+            ticket.open = False  # closed now: nothing ends it twice
+            pending = self._pending
+            pending.append((ticket, tokens))
+            if len(pending) == 1:
+                asyncio.get_running_loop().call_soon(self._count)
+
+    def _count(self) -> None:
+        """Count the starts and ends this pass of the loop made, with one clock read."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        keys = set()
+        with _LOCK:
+            now = time.monotonic()
+            for ticket, tokens in pending:
+                window = ticket.window
+                if ticket.started is None and ticket.starting:
+                    window.stamp(ticket, now)
+                if tokens >= 0:
+                    window.close(ticket, tokens)
+                keys.add(window.limit.key)
+            waiting = [listener for key in keys for listener in _LISTENERS.get(key, ())]
+        for listener in waiting:  # places freed, or ending at a known time
             listener()
 
     async def admit(
@@ -272,8 +329,10 @@ class Limiter:
             return
         window = ticket.window
         with _LOCK:
+            if ticket.starting and ticket.started is None:  # ended before its stamp came
+                window.start(ticket, time.monotonic())
             window.done(ticket, tokens, limited=limited)
-            listeners = _LISTENERS.get(window.limit.key)
+            listeners = _LISTENERS.get(window.limit.key) if _LISTENERS else None
             waiting = tuple(listeners) if listeners else ()
         for listener in waiting:
             listener()
@@ -322,9 +381,8 @@ class Limiter:
         ids, wait, estimate, sliding = self._change(key, admit)
         admitted = []
         for ticket_id in ids:
-            ticket = Ticket(mirror, estimate)
+            ticket = Ticket(mirror, estimate, sliding)
             ticket.shared = ticket_id
-            ticket.reserving = sliding
             admitted.append(ticket)
             self._open[ticket_id] = ticket
         if admitted and self._renewing is None:
@@ -342,7 +400,11 @@ class Limiter:
                 self._change(key, _renewed(ids))
 
     def close(self) -> None:
-        """The run ended: stop renewing leases (attempts left running keep theirs a while)."""
+        """The run ended: count what is pending; stop renewing leases.
+
+        Attempts left running keep their leases a while.
+        """
+        self._count()
         renewing, self._renewing = self._renewing, None
         if renewing is not None:
             renewing.cancel()

@@ -37,6 +37,7 @@ from executionkit import (
 from executionkit import events as ev
 from executionkit._limits import BACKOFF_FIRST, BACKOFF_MAX, Window, rate_limit_of
 from executionkit._run._attempt import RATE_LIMITED_MAX
+from executionkit._run._limiter import Limiter
 
 
 def key() -> str:
@@ -338,6 +339,43 @@ def test_concurrency_is_never_exceeded_by_a_map_and_its_retries() -> None:
     result = _map(held, 60, name).run_sync(limits=[Limit(name, concurrency=3)])
     assert result.outputs["each"] == list(range(60))
     assert provider.max_concurrent == 3
+
+
+def test_starts_and_ends_on_the_loop_are_counted_before_any_admission() -> None:
+    """`start_soon`/`end_soon` count at the pass's end, or as soon as anything asks the window.
+
+    An attempt that started and ended in one pass counts as a start (never as
+    one that gave its place back); its stamp is no earlier than its start; an
+    admission in the same pass sees it; the run's end counts what is pending.
+    """
+    name = key()
+    limiter = Limiter([Limit(name, requests=2, concurrency=5, per=60)])
+    window = limiter.windows[name]
+
+    async def one_pass() -> None:
+        (first,), _ = limiter.admit_up_to(name, None, 1)
+        before = time.monotonic()
+        limiter.start_soon(first)
+        limiter.end_soon(first, 7)
+        limiter.end_soon(first, 9)  # ended once: the second is ignored
+        assert first.started is None  # not stamped yet: still this pass
+        admitted, wait = limiter.admit_up_to(name, None, 5)  # counts what is pending first
+        assert first.started is not None
+        assert first.started >= before
+        assert len(admitted) == 1  # two requests per window: one is the ended attempt
+        assert wait > 0
+        (second,) = admitted
+        limiter.start_soon(second)
+        await asyncio.sleep(0)  # the pass ends: its start is stamped
+        assert second.started is not None
+        assert window.running == 1
+        limiter.end_soon(second, 3)
+        limiter.close()  # the run ends before the pass does: nothing is left uncounted
+
+    asyncio.run(one_pass())
+    assert window.running == 0
+    assert window.reserved == 0
+    assert window.wait(time.monotonic(), 0) > 0  # both starts are in the window
 
 
 def test_two_runs_of_one_process_share_a_key() -> None:
