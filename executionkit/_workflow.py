@@ -113,6 +113,7 @@ class Workflow:
         stop_grace: float = 5.0,
         prices: Prices | None = None,
         limits: Sequence[Limit] | None = None,
+        sleep_up_to: float = 60.0,
     ) -> WorkflowResult:
         """Run every step not yet recorded, checkpointing after each batch.
 
@@ -221,12 +222,17 @@ class Workflow:
                 limit=key)``), one per key; sub-workflows' steps draw on them
                 too. Every run of the process shares each key's window: two
                 runs calling one provider stay under its limits together.
+            sleep_up_to: Seconds a `Step.wait` may have left for the run to
+                sleep through it (default 60.0); a wait due later ends the
+                run with it in `WorkflowResult.waits`, to resume once due.
+                ``0`` sleeps through none; ``math.inf`` sleeps through all.
 
         Returns:
             The outputs of every step and the total token usage. When questions
             are pending (`Step.ask`) and nothing else can run, the run is
             suspended: it returns what completed, with ``pending`` naming the
-            questions to answer.
+            questions to answer; likewise with ``waits`` naming the waits
+            (`Step.wait`) not due yet.
 
         Raises:
             RunArgumentError: Before any step runs, if ``initial_context`` keys

@@ -371,7 +371,7 @@ class RunFinished(Event):
 
 @dataclass(frozen=True)
 class RunSuspended(Event):
-    """Nothing else can run until questions are answered; ``run`` is about to return.
+    """Nothing else can run until questions are answered or waits are due; ``run`` returns.
 
     Attributes:
         duration: Seconds the call of ``run`` took.
@@ -379,12 +379,15 @@ class RunSuspended(Event):
         pending: The ask steps waiting for an answer, in declaration order.
         dollars: With ``run(prices=...)``, the run's bill in dollars (as
             `CheckpointTaken.dollars`); None without prices.
+        waits: The wait steps not due yet (`Step.wait`), by path, as
+            `WorkflowResult.waits` names them.
     """
 
     duration: float
     cost: TokenUsage
     pending: tuple[str, ...]
     dollars: Decimal | None = None
+    waits: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

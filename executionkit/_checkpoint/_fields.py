@@ -278,7 +278,7 @@ def read_step_info(
     if raw and (missing or extra):
         msg = (
             f"checkpoint field 'step_info' must describe the recorded steps and the steps "
-            f"with progress, skipped, items, pending questions or children; missing "
+            f"with progress, skipped, items, pending questions, waits or children; missing "
             f"{missing!r}, none of those {extra!r}"
         )
         raise CheckpointFormatError(msg, path="step_info")

@@ -252,7 +252,7 @@ class WorkflowCheckpoint:
                 raise CheckpointFormatError(msg, path=f"errors.{name}")
         frozen_progress = guard("progress", lambda: read_progress(progress, version, outputs))
         skipped, items, pending, children = read_kinds(later, version, outputs, _read_child)
-        others = {*skipped, *items, *pending, *children}
+        others = {*skipped, *items, *pending, *children, *_named(self.waits)}
         _refuse_odd_child_ids(run_id, children)
         frozen_info = guard(
             "step_info", lambda: read_step_info(info, version, outputs, frozen_progress, others)
@@ -552,6 +552,11 @@ def _read_legacy(data: Mapping[str, Any]) -> WorkflowCheckpoint:
         cost=guard("cost", lambda: read_cost(data["cost"])),
         version=LEGACY_VERSION,
     )
+
+
+def _named(waits: object) -> list[str]:
+    """The steps ``waits`` names, read before it is checked (`_check_v4`): described too."""
+    return [name for name in waits if isinstance(name, str)] if isinstance(waits, Mapping) else []
 
 
 def trusted_checkpoint(fields: dict[str, Any]) -> WorkflowCheckpoint:

@@ -19,6 +19,7 @@ from executionkit._cli._prices import dollars, dollars_lines, load_prices
 from executionkit._cli._questions import expired, now, question_block
 from executionkit._cli._text import invocation, json_document, out, preview
 from executionkit._define._questions import waiting_in
+from executionkit._define._waits import waits_in
 from executionkit._terminal import one_line, show
 
 if TYPE_CHECKING:
@@ -274,6 +275,10 @@ def describe(
             name: {**entry, "expired": expired(entry, moment)}
             for name, entry in waiting_in(checkpoint).items()
         },
+        "timers": {
+            name: {"due": due.isoformat(), "due_now": due <= moment}
+            for name, due in waits_in(checkpoint).items()
+        },
         "outputs": {name: preview(outputs[name]) for name in names},
         "spending": _spending(checkpoint),
         "in_flight": [list(attempt) for attempt in checkpoint.in_flight],
@@ -329,15 +334,34 @@ def describe_text(summary: Mapping[str, Any]) -> str:
         skips = summary["skipped"].items()
         field("skipped", *(f"{show(name)}: {one_line(reason)}" for name, reason in skips))
     field("progress", *(f"{show(name)}: {p}" for name, p in summary["progress"].items()))
-    if summary["items"]:
-        field("items", *(_items_text(name, items) for name, items in summary["items"].items()))
-    if summary["waiting"]:
-        field("waiting", *_waiting_lines(summary["waiting"]))
+    for label, values in _unfinished_fields(summary):
+        field(label, *values)
     outputs = summary["outputs"]
     lines.append("outputs" if outputs else "outputs     (none)")
     width = min(max((len(show(name)) for name in outputs), default=0), 24)
     lines.extend(f"  {show(name):<{width}}  {text}" for name, text in outputs.items())
     return "\n".join(lines)
+
+
+def _unfinished_fields(summary: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
+    """The ``items``, ``waiting`` and ``timers`` fields, those with something to say."""
+    fields = []
+    if summary["items"]:
+        items = summary["items"].items()
+        fields.append(("items", [_items_text(name, entry) for name, entry in items]))
+    if summary["waiting"]:
+        fields.append(("waiting", _waiting_lines(summary["waiting"])))
+    if summary["timers"]:
+        fields.append(("timers", _timer_lines(summary["timers"])))
+    return fields
+
+
+def _timer_lines(timers: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """``w: due 2026-12-02T16:19:20+00:00``, and ``(due now)`` once the time has passed."""
+    return [
+        f"{show(name)}: due {timer['due']}{' (due now)' if timer['due_now'] else ''}"
+        for name, timer in timers.items()
+    ]
 
 
 def _ledger_fields(summary: Mapping[str, Any]) -> list[tuple[str, list[str]]]:

@@ -324,8 +324,8 @@ def _stopped(
 
 
 def _ended(result: WorkflowResult, label: str | None, saver: _Saver, workflow: Workflow) -> int:
-    """Print the outputs of a run that finished (exit 0), or the questions it waits for."""
-    if not result.pending:
+    """Print the outputs of a run that finished (exit 0), or the questions and waits left."""
+    if not result.pending and not result.waits:
         out(json_document(dict(result.outputs)))
         return EXIT_OK
     return _suspended(result, label, saver, workflow)
@@ -334,7 +334,9 @@ def _ended(result: WorkflowResult, label: str | None, saver: _Saver, workflow: W
 def _suspended(
     result: WorkflowResult, label: str | None, saver: _Saver, workflow: Workflow
 ) -> int:
-    """Print the questions the run waits for, say what was saved, and return exit code 3."""
+    """Print the questions and waits the run waits for, say what was saved, and return 3."""
+    if not result.pending:
+        return _timed(result, label, saver, workflow)
     last = saver.last
     asked = {} if last is None else waiting_in(last)  # by question path, as result.pending
     pending = {
@@ -344,6 +346,7 @@ def _suspended(
     count = len(pending)
     lines = [f"waiting for {'an answer' if count == 1 else f'{count} answers'}:"]
     lines.extend(f"  {line}" for line in pending_lines(pending, now()))
+    lines.extend(_wait_lines(result))
     out("\n".join(lines))
     names = ", ".join(map(show, pending))
     if label is None:
@@ -354,6 +357,35 @@ def _suspended(
     else:
         say(f"waiting for answers to {names}; {_saved(label, saver, workflow, answer=True)}")
     return EXIT_SUSPENDED
+
+
+def _timed(result: WorkflowResult, label: str | None, saver: _Saver, workflow: Workflow) -> int:
+    """Print the waits (`Step.wait`) not due yet, say what was saved, and return exit code 3."""
+    out("\n".join(_wait_lines(result)))
+    first = min(result.waits.values()).isoformat()
+    names = ", ".join(map(show, result.waits))
+    if label is None:
+        say(
+            f"waiting for {names} (due from {first}); nothing was saved, so a later run "
+            f"waits again from its start: pass --checkpoint FILE to keep the time"
+        )
+    else:
+        say(
+            f"waiting for {names} (due from {first}); {_saved(label, saver, workflow)} "
+            f"once due (earlier, nothing that depends on it runs)"
+        )
+    return EXIT_SUSPENDED
+
+
+def _wait_lines(result: WorkflowResult) -> list[str]:
+    """``waiting for 1 timer:`` and a line per wait with its due time; nothing without waits."""
+    waits = result.waits
+    if not waits:
+        return []
+    count = len(waits)
+    lines = [f"waiting for {'a timer' if count == 1 else f'{count} timers'}:"]
+    lines.extend(f"  {show(name)} due {due.isoformat()}" for name, due in waits.items())
+    return lines
 
 
 def _say_discarded(workflow: Workflow, resume: WorkflowCheckpoint, label: str | None) -> None:

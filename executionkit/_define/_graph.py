@@ -17,7 +17,7 @@ from executionkit._checkpoint._step_info import StepInfo
 from executionkit._define._frontier import Levels
 from executionkit._define._step import Step
 from executionkit._define._step_checks import is_async_callable, is_workflow
-from executionkit._define._step_kinds import AskStep, MapStep
+from executionkit._define._step_kinds import AskStep, MapStep, WaitStep
 from executionkit._errors import WorkflowDefinitionError, did_you_mean
 from executionkit._paths import join_path
 
@@ -58,6 +58,7 @@ class Graph:
         "plain_items",
         "step_info",
         "steps",
+        "waits",
         "workflows",
     )
 
@@ -100,6 +101,8 @@ class Graph:
         self.workflows = frozenset(workflows)
         # Ask steps: their run computes a question, and their output is the answer.
         self.asks = frozenset(asks)
+        # Wait steps (`Step.wait`): their run computes the time to wait for (or nothing).
+        self.waits = frozenset(kinds.waits)
         # Maps whose function is plain: their items run in the run's executor (threads).
         self.plain_items = frozenset(plain_items)
         # Plain-function steps: they run in the run's executor (threads).
@@ -422,6 +425,7 @@ class _Kinds:
         self.maps: list[int] = []
         self.workflows: list[int] = []
         self.asks: list[int] = []
+        self.waits: list[int] = []
         self.plain_items: list[int] = []
         self.plain: list[int] = []
         self.encoded: list[int] = []
@@ -456,6 +460,8 @@ class _Kinds:
                 self.plain_items.append(position)
         elif kind == "ask":
             self.asks.append(position)
+        elif isinstance(step, WaitStep):
+            self.waits.append(position)
         if is_workflow(step.run):
             self.workflows.append(position)
         self.step_info[step.name] = _info(step)

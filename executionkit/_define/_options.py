@@ -75,6 +75,8 @@ class RunOptions:
     prices: Prices | None = None
     # The named limits the steps draw on (`Step.limit`), by key.
     limits: tuple[Limit, ...] = ()
+    # Waits (`Step.wait`) due within this many seconds are slept through.
+    sleep_up_to: float = 60.0
     # rerun paths into sub-workflows: (step, item key or None) -> the rest of each path.
     rerun_within: Mapping[tuple[str, str | None], frozenset[str]] = field(
         default_factory=lambda: MappingProxyType({})
@@ -171,7 +173,8 @@ class RunOptions:
             on_event=on_event,
             executor=executor,  # type: ignore[arg-type]  # duck-typed: has submit()
             checkpoint_every=checkpoint_every,  # type: ignore[arg-type]  # checked by _one_of
-            stop_grace=_checked_grace(arguments["stop_grace"]),
+            stop_grace=_checked_seconds("stop_grace", arguments["stop_grace"]),
+            sleep_up_to=_checked_seconds("sleep_up_to", arguments.get("sleep_up_to", 60.0)),
             answers=answers,
             limits=_checked_limits(graph, arguments.get("limits")),
         )
@@ -229,12 +232,11 @@ def limit_keys(graph: Graph) -> dict[str, str]:
     return drawn
 
 
-def _checked_grace(value: object) -> float:
-    """``stop_grace``: a number of seconds, zero or more (``math.inf``: wait for ever)."""
+def _checked_seconds(name: str, value: object) -> float:
+    """``stop_grace`` or ``sleep_up_to``: a number of seconds, zero or more (or ``math.inf``)."""
     if type(value) not in {int, float} or not value >= 0:  # type: ignore[operator]
         msg = (
-            f"stop_grace must be a number of seconds, zero or more (math.inf: wait for "
-            f"ever), got {value!r}"
+            f"{name} must be a number of seconds, zero or more (math.inf: no limit), got {value!r}"
         )
         raise RunArgumentError(msg)
     return float(value)  # type: ignore[arg-type]

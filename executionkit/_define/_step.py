@@ -23,7 +23,7 @@ from executionkit._define._step_checks import (
 from executionkit._errors import WorkflowDefinitionError
 
 if TYPE_CHECKING:
-    from datetime import timedelta
+    from datetime import datetime, timedelta
 
     from executionkit._define._step_checks import SubWorkflow  # noqa: TC004 - dataclass annotations stay strings
 
@@ -340,6 +340,55 @@ class Step:
             version=version,
             check=check,
             expires_after=expires_after,
+        )
+
+    @classmethod
+    @_keywords_checked("Step.wait", "seconds, until, depends_on, version and metadata")
+    def wait(
+        cls,
+        name: str,
+        *,
+        seconds: float | timedelta | None = None,
+        until: Callable[[Mapping[str, Any]], datetime] | None = None,
+        depends_on: Iterable[str] = (),
+        version: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Step:
+        """Build a step that waits until a time: a durable timer, recorded in checkpoints.
+
+        When its dependencies are done, the step fixes its wake-up time (now
+        plus ``seconds``, or ``until(ctx)``) and records it in the checkpoint
+        (``waits``). Nothing that depends on it starts before then. A wait due
+        within the run's ``sleep_up_to`` seconds is slept through; a longer one
+        ends the run with the wait in `WorkflowResult.waits`, and a resume
+        before the time runs nothing that depends on it. The time never moves:
+        every resume, in any process, after any crash, waits for the same one.
+        Its output is None.
+
+        Args:
+            name: The step's name.
+            seconds: How long to wait once reached (a number or a
+                `datetime.timedelta`, zero or more).
+            until: ``until(ctx)``, a plain function returning the aware
+                `datetime.datetime` to wait for (a time in the past is due
+                at once). Give ``seconds`` or ``until``, not both.
+            depends_on: The steps the wait follows.
+            version: As for `Step`: a changed version waits again, from now.
+            metadata: As for `Step`.
+
+        Raises:
+            WorkflowDefinitionError: For an invalid setting or an unknown
+                keyword, naming the step.
+        """
+        from executionkit._define._step_kinds import WaitStep  # noqa: PLC0415 - a cycle
+
+        return WaitStep.built(
+            name,
+            seconds,
+            until,
+            tuple(depends_on) if not isinstance(depends_on, str) else depends_on,  # type: ignore[arg-type]
+            version,
+            _empty_metadata() if metadata is None else metadata,
         )
 
 

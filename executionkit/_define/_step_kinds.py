@@ -1,4 +1,6 @@
-"""The kinds of step that are not called as they are: maps (`Step.map`) and asks (`Step.ask`).
+"""The kinds of step that are not called as they are: maps, asks and waits.
+
+`Step.map`, `Step.ask` and `Step.wait` build them.
 
 Each is a `Step` subclass, so a workflow holds them like any step; the plan
 (`executionkit._define._graph`) knows them by their class and records their kind.
@@ -8,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import KW_ONLY, dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeAlias
 
 from executionkit._define._step import Step
@@ -141,3 +143,87 @@ class AskStep(Step):
     def __hash__(self) -> int:
         """Hash by name, question and dependencies."""
         return hash((self.name, self.run, self.depends_on))
+
+
+def _fixed_time(ctx: Mapping[str, Any]) -> None:
+    """The ``run`` of a wait of so many seconds: nothing to compute from ``ctx``."""
+    del ctx
+
+
+@dataclass(frozen=True, repr=False)
+class WaitStep(Step):
+    """A step that waits until a time, recorded in checkpoints; build one with `Step.wait`.
+
+    Its ``run`` is ``until`` (``until(ctx)``, the time to wait for), or
+    `_fixed_time` for a wait of ``seconds``.
+    """
+
+    _: KW_ONLY
+    seconds: float | timedelta | None = None
+
+    _called_as = ("until", "until(ctx)", 1)
+
+    @classmethod
+    def built(  # noqa: PLR0917 - Step.wait's arguments, in its order
+        cls,
+        name: str,
+        seconds: float | timedelta | None,
+        until: Callable[[Mapping[str, Any]], datetime] | None,
+        depends_on: tuple[str, ...],
+        version: str | None,
+        metadata: Mapping[str, Any],
+    ) -> WaitStep:
+        """The step `Step.wait` describes, its settings checked."""
+        given: object = until
+        if (seconds is None) == (until is None):
+            msg = (
+                f"step {name!r}: Step.wait takes seconds=... or until=..., exactly one of them"
+                if seconds is None
+                else f"step {name!r}: Step.wait takes seconds=... or until=..., not both"
+            )
+            raise WorkflowDefinitionError(msg)
+        if until is not None and (not callable(given) or is_async_callable(given)):
+            msg = (
+                f"step {name!r}: until must be a plain function (ctx -> aware datetime), "
+                f"got {until!r}"
+            )
+            raise WorkflowDefinitionError(msg)
+        return cls(
+            name,
+            _fixed_time if until is None else until,
+            depends_on,
+            metadata,
+            version=version,
+            seconds=seconds,
+        )
+
+    def __post_init__(self) -> None:
+        """Validate the wait's settings as well as the step's own."""
+        super().__post_init__()
+        seconds: object = self.seconds
+        if isinstance(seconds, timedelta):
+            seconds = seconds.total_seconds()
+        if seconds is not None:
+            _check_number(self.name, "seconds", seconds, 0.0)
+
+    @property
+    def duration(self) -> float | None:
+        """``seconds`` as a number, or None for a wait ``until`` a time."""
+        seconds = self.seconds
+        return seconds.total_seconds() if isinstance(seconds, timedelta) else seconds
+
+    def __repr__(self) -> str:
+        """Show the step as `Step.wait` builds it."""
+        parts = [f"name={self.name!r}"]
+        if self.seconds is not None:
+            parts.append(f"seconds={self.seconds!r}")
+        else:
+            parts.append(f"until={self.run!r}")
+        parts.append(f"depends_on={self.depends_on!r}")
+        if self.version is not None:
+            parts.append(f"version={self.version!r}")
+        return f"Step.wait({', '.join(parts)})"
+
+    def __hash__(self) -> int:
+        """Hash by name, ``until`` (or the seconds) and dependencies."""
+        return hash((self.name, self.run, self.seconds, self.depends_on))

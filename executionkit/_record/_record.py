@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from executionkit._checkpoint._ledger import ZERO
 from executionkit._checkpoint._output_log import OutputLog
 from executionkit._checkpoint._value import SharedFields, WorkflowCheckpoint
+from executionkit._define._waits import due_of, nested_waits
 from executionkit._paths import join_path
 from executionkit._plain import plain_copy
 from executionkit._record._children import Children
@@ -27,11 +28,13 @@ from executionkit._record._items import Items
 from executionkit._record._ledger import Ledger
 from executionkit._record._questions import Questions
 from executionkit._record._skips import Skips
+from executionkit._record._waits import Waits
 from executionkit._resume._restore import Restored, restore
 from executionkit._types import PatternResult, TokenUsage
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping
+    from datetime import datetime
     from decimal import Decimal
 
     from executionkit._define._graph import Graph
@@ -134,11 +137,13 @@ class Record:
         )
         self.items = Items(state.items)
         self.questions = Questions(graph, state.pending)
+        # The waits reached and not yet due (`Step.wait`): step name -> its entry.
+        self.waits = Waits(state.waits)
         self.children = Children(state.children)
-        self.rooms = (self.items, self.questions, self.children)
+        self.rooms = (self.items, self.questions, self.children, self.waits)
         self._maps = graph.maps
         # Only graphs with such steps can have anything in those rooms.
-        self.has_rooms = bool(graph.maps or graph.asks or graph.workflows)
+        self.has_rooms = bool(graph.maps or graph.asks or graph.workflows or graph.waits)
         if options.answers or state.pending:
             self._answer(options.answers)
         # Every output the log gets from here on is of a step this run executed (merge).
@@ -208,6 +213,28 @@ class Record:
         entry = self.questions.ask(position, question)
         self.changes += 1
         return entry
+
+    def timers(self) -> dict[str, datetime]:
+        """Every wait not due yet by path (`join_path`), with when it is due; nested ones after."""
+        waits = self.waits
+        found = (
+            {join_path(name): due_of(waits[name]) for name in self.graph.names if name in waits}
+            if waits
+            else {}
+        )
+        if self.children:
+            found.update(nested_waits(self.graph, self.children.latest))
+        return found
+
+    def wait_reached(self, name: str, entry: Mapping[str, str]) -> None:
+        """Record that wait step ``name`` was reached: ``entry`` says when it is due."""
+        self.waits[name] = entry
+        self.changes += 1
+
+    def wait_over(self, name: str) -> None:
+        """Wait step ``name`` is due: its entry goes as its output (None) lands."""
+        if self.waits.pop(name, None) is not None:
+            self.changes += 1
 
     @property
     def cost(self) -> TokenUsage:

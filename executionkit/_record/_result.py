@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +53,10 @@ class WorkflowResult:
             item, and what this call spent against what was restored
             (`executionkit.Spending`). ``cost`` is its total plus any usage
             restored from checkpoints older than format 4.
+        waits: The waits not due yet (`Step.wait`): wait step name (a
+            sub-workflow's by path, as in ``pending``) to when it is due, an
+            aware `datetime.datetime` in UTC. When it is not empty the run is
+            suspended, not finished; resume it once they are due.
     """
 
     outputs: MappingProxyType[str, Any]
@@ -64,6 +69,7 @@ class WorkflowResult:
     skipped: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     pending: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     spending: Spending = field(default_factory=lambda: Spending.of(()))
+    waits: Mapping[str, datetime] = field(default_factory=lambda: MappingProxyType({}))
 
 
 class WorkflowFailed(ExecutionKitError):  # noqa: N818 - the name reads as an event, like StopIteration

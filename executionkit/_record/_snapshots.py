@@ -80,7 +80,9 @@ class Snapshots:
             fields["errors"] = error_texts(record)
         if record.landed or record.progress or record.reported:
             describe_exactly(record, fields, since)
-        if record.has_rooms and (record.items or record.questions or record.children):
+        if record.has_rooms and (
+            record.items or record.questions or record.children or record.waits
+        ):
             describe_rooms(record, fields, length)
         skips = record.skips
         if skips.skipped or skips.decided:  # bool(skips), without the call
@@ -138,6 +140,7 @@ class Snapshots:
             ledger.restored,
             outputs=MappingProxyType(ordered),
             pending=MappingProxyType(record.waiting()),
+            waits=MappingProxyType(record.timers()),
             cost=record.cost,
             run_id=record.run_id,
             executed=tuple(record.executed),
@@ -206,7 +209,7 @@ def describe_exactly(record: Record, fields: dict[str, Any], since: int) -> None
 
 
 def describe_rooms(record: Record, fields: dict[str, Any], length: int) -> None:
-    """Add what the rooms hold (items of unfinished maps, questions, children)."""
+    """Add what the rooms hold (items of unfinished maps, questions, children, waits)."""
     info = record.graph.step_info
     named: list[str] = []
     for room in record.rooms:

@@ -43,6 +43,8 @@ class Restored:
     items: dict[str, tuple[dict[str, Any], dict[str, Any], TokenUsage]]
     # Ask step -> its pending question, as recorded.
     pending: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    # Wait step -> its entry ({"due": ..., "since": ...}), as recorded.
+    waits: dict[str, Mapping[str, str]] = field(default_factory=dict)
     # Sub-workflow step -> its child's checkpoint (a map's: item key -> checkpoint).
     children: dict[str, Any] = field(default_factory=dict)
     invalidated: dict[str, str] = field(default_factory=dict)
@@ -74,6 +76,7 @@ def restore(
     unknown = [name for name in checkpoint.outputs if name not in index]
     unknown += [name for name in checkpoint.items if name not in index]
     unknown += [name for name in checkpoint.pending if name not in index]
+    unknown += [name for name in checkpoint.waits if name not in index]
     unknown += [name for name in checkpoint.children if name not in index]
     recorded_skips = checkpoint.skipped
     unknown_skips = [name for name in recorded_skips if name not in index]
@@ -138,6 +141,7 @@ def restore(
     return Restored(
         items=items,
         pending=pending,
+        waits=fit.waits(),
         children=children,
         outputs=_decoded(graph, stored),
         stored=stored,
@@ -282,7 +286,7 @@ def _distrust(
 class _Fit:
     """Decides which recorded work of unfinished steps still fits the workflow.
 
-    Saved progress, a map's finished items, a pending question and a
+    Saved progress, a map's finished items, a pending question, a wait and a
     sub-workflow's checkpoint are each kept only while their step is trusted
     (the same version and dependencies, not ``rerun``, no invalidated
     dependency) and still of the kind that recorded them; anything else is
@@ -370,6 +374,15 @@ class _Fit:
         for name, entry in kept.items():
             check_deadline(cast("AskStep", graph.steps[graph.index[name]]), entry)
         return kept
+
+    def waits(self) -> dict[str, Mapping[str, str]]:
+        """Waits that still fit their wait step, due when first reached; the others wait again."""
+        return self.kept(
+            self.checkpoint.waits,
+            "wait dropped",
+            self.graph.waits,
+            "it is not a wait step any more",
+        )
 
     def children(self) -> dict[str, Any]:
         """The progress of sub-workflows that still fit their step; the rest start over.

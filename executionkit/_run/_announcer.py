@@ -103,9 +103,11 @@ class Announcer:
         """Announce how the run ended: suspended (questions wait), finished, or failed."""
         run_id = self.run_id
         waiting = record.waiting() if outcome is None else None
+        timers = record.timers() if outcome is None else None
         dollars = record.priced()
-        if waiting:
-            self.emit(RunSuspended(run_id, duration, record.cost, tuple(waiting), dollars))
+        if waiting or timers:
+            pending, waits = tuple(waiting or ()), tuple(timers or ())
+            self.emit(RunSuspended(run_id, duration, record.cost, pending, dollars, waits))
         elif outcome is None:
             self.emit(RunFinished(run_id, duration, record.cost, len(record.executed), dollars))
         else:

@@ -31,6 +31,7 @@ from executionkit._run._map import drive
 from executionkit._run._outcome import UNFINISHED, VALUE, Unfinished, caught
 from executionkit._run._step_context import CURRENT_STEP, StepContext
 from executionkit._run._threads import PlainThreads
+from executionkit._run._timers import wait
 from executionkit._types import PatternResult, TokenUsage
 from executionkit.events import ItemStarted, StepRetried, StepStarted, WaitingForLimit
 
@@ -312,6 +313,7 @@ class Attempts:
         "_pending",
         "_record",
         "_run_id",
+        "_sleep_up_to",
         "_special",
     )
 
@@ -334,6 +336,7 @@ class Attempts:
         pending: Mapping[str, object],
         record: Record,
         limiter: Limiter | None = None,
+        sleep_up_to: float = 60.0,
     ) -> None:
         """Run steps of ``graph`` reading ``context`` and the recorded ``outputs``.
 
@@ -361,9 +364,11 @@ class Attempts:
         # Every attempt opens a spend in the ledger; the record counts what it cost.
         self._record = record
         self._ledger: Ledger = record.ledger
-        # Steps that are not called as they are: maps (per item), asks (a question) and
-        # sub-workflows (a child run).
-        self._special = graph.maps | graph.asks | graph.workflows
+        # Steps that are not called as they are: maps (per item), asks (a question),
+        # waits (a time) and sub-workflows (a child run).
+        self._special = graph.maps | graph.asks | graph.waits | graph.workflows
+        # Waits due within this many seconds are slept through (`_timers.wait`).
+        self._sleep_up_to = sleep_up_to
         # Steps whose attempts are timed, retried or limited (`_attempts`).
         self._general_steps = frozenset(
             p
@@ -446,7 +451,7 @@ class Attempts:
         )
 
     async def _special_kind(self, position: int, step: Step, view: ContextView) -> Any:
-        """An ask step's question, a map's `MapDone`, a child's outputs, or `Unfinished`."""
+        """A question, a map's `MapDone`, a wait's None, a child's outputs, or `Unfinished`."""
         graph = self._graph
         run: Any = step.run
         if position in graph.asks:
@@ -455,6 +460,8 @@ class Attempts:
             return run(view)
         if position in graph.maps:
             return await self._map(position, step, view)
+        if position in graph.waits:
+            return await wait(step, view, self._record, self._checkpointer, self._sleep_up_to)  # type: ignore[arg-type]
         return await self._children.run(step.name, run, view)
 
     def inline(self, position: int) -> asyncio.Task[None] | None:

@@ -110,6 +110,7 @@ class ChildRuns:
             "on_event": options.on_event,
             "executor": options.executor,
             "stop_grace": options.stop_grace,
+            "sleep_up_to": options.sleep_up_to,
             "checkpoint_every": "step",
             "answers": record.children.take_answers(name, key),
             "unknown_steps": options.unknown_steps,
@@ -180,6 +181,9 @@ class ChildRuns:
         if result.pending:
             names = ", ".join(map(repr, result.pending))
             return Unfinished(f"the sub-workflow waits for answers to {names}")
+        if result.waits:
+            names = ", ".join(map(repr, result.waits))
+            return Unfinished(f"the sub-workflow waits for {names} to be due")
         self._record.child_finished(name, key, result.cost)
         if key is not None:
             # A map's item: what it spent is its item's usage too (already in the total).

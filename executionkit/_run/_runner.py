@@ -122,6 +122,7 @@ class Run(Landing):
             pending=record.questions.pending,
             record=record,
             limiter=limiter,
+            sleep_up_to=options.sleep_up_to,
         )
         # In batch mode, "step" records and checkpoints each completion as it lands.
         self._per_step = (

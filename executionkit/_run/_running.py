@@ -60,8 +60,9 @@ class Running:
         # Plain steps that run in a task (they retry, or time out): with save_each, one
         # at a time too, since each blocks the loop from its start to its end.
         self._plain_tasks = plain_tasks if save_each else frozenset()
-        # Steps that only hold other work: their items, or their child's steps, take slots.
-        self._holders = graph.maps | graph.workflows
+        # Steps that take no slot: those that only hold other work (their items, or their
+        # child's steps, take slots), and waits sleeping till they are due.
+        self._holders = graph.maps | graph.workflows | graph.waits
         # Slots are counted only under a limit (nothing reads them otherwise).
         self._counted = self._slots.limit is not None
         # Wake the loop after every completion only when it may do something then.

@@ -254,8 +254,8 @@ BAD = [
         ("step_info.ghost", {"version": None, "depends_on": []}),
         (
             "checkpoint field 'step_info' must describe the recorded steps and the steps with "
-            "progress, skipped, items, pending questions or children; missing [], none of those "
-            "['ghost']"
+            "progress, skipped, items, pending questions, waits or children; missing [], none of "
+            "those ['ghost']"
         ),
         "step_info",
     ),

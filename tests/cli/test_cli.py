@@ -1108,6 +1108,7 @@ def test_inspect_json(cli: Callable[..., Outcome], tmp_path: Path) -> None:
         "progress": {"translate": '{"done": 1}'},
         "items": {},
         "waiting": {},
+        "timers": {},
         "outputs": {"words": '["the", "cat", "sat"]', "count": "3"},
         "spending": {
             "spent": {"input_tokens": 0, "output_tokens": 0, "llm_calls": 0},

@@ -61,6 +61,7 @@ DOCUMENTED: dict[str, Any] = {
     "Step": Step,
     "Step.map": Step.map,
     "Step.ask": Step.ask,
+    "Step.wait": Step.wait,
     "current_step": current_step,
     "current_step().save_progress": StepContext.save_progress,
     "PatternResult": PatternResult,
