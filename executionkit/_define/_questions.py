@@ -178,12 +178,19 @@ def waiting_in(checkpoint: WorkflowCheckpoint) -> dict[str, Mapping[str, Any]]:
     return found
 
 
+def child_checkpoints(name: str, entry: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """The checkpoints a ``children`` entry of step ``name`` holds, each with its path prefix.
+
+    ``{"checkpoint": ...}`` for a sub-workflow step (prefix ``name``), or
+    ``{"items": {key: ...}}`` for a map of sub-workflows (``name/key``).
+    """
+    if "checkpoint" in entry:
+        return [(join_path(name), entry["checkpoint"])]
+    return [(join_path(name, key), child) for key, child in entry["items"].items()]
+
+
 def _nested(name: str, entry: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    children = (
-        [(join_path(name), entry["checkpoint"])]
-        if "checkpoint" in entry
-        else [(join_path(name, key), child) for key, child in entry["items"].items()]
-    )
+    children = child_checkpoints(name, entry)
     return {
         f"{prefix}/{question}": pending
         for prefix, child in children

@@ -100,13 +100,8 @@ def nested_waits(graph: Graph, children: Mapping[str, Any]) -> dict[str, datetim
 
 
 def _nested(name: str, entry: Mapping[str, Any]) -> dict[str, datetime]:
-    children = (
-        [(join_path(name), entry["checkpoint"])]
-        if "checkpoint" in entry
-        else [(join_path(name, key), child) for key, child in entry["items"].items()]
-    )
     return {
         f"{prefix}/{path}": due
-        for prefix, child in children
+        for prefix, child in _questions.child_checkpoints(name, entry)
         for path, due in waits_in(child).items()
     }
