@@ -233,13 +233,16 @@ class QuestionAsked(Event):
 
 @dataclass(frozen=True)
 class QuestionAnswered(Event):
-    """An answer given to ``run`` became the output of its ask step.
+    """An answer given to ``run`` (or its default) became the output of its ask step.
 
     Attributes:
         step: The ask step's name.
+        answered_by: ``"deadline"`` when the answer is the step's ``default``,
+            taken because the question's deadline passed; None when given.
     """
 
     step: str
+    answered_by: str | None = None
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,11 @@ class StepInfo(Mapping[str, Any]):
         """Return the number of fields."""
         return (2 if self._kind is None else 3) + len(self._more)
 
+    @property
+    def more(self) -> tuple[tuple[str, str], ...]:
+        """Format 5's keys of the entry, ``(("code", "ab12..."),)``; empty without any."""
+        return self._more
+
     def with_more(self, more: tuple[tuple[str, str], ...]) -> StepInfo:
         """This entry with format 5's keys ``more`` (``(("code", "ab12..."),)``) instead."""
         return StepInfo(self._version, self._depends_on, self._kind, more)
@@ -107,3 +112,39 @@ class StepInfo(Mapping[str, Any]):
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle as the fields."""
         return (StepInfo, (self._version, self._depends_on, self._kind, self._more))
+
+
+class Overlaid(Mapping[str, Mapping[str, Any]]):
+    """A workflow's ``step_info`` with some entries replaced: what one run's checkpoints say.
+
+    A run's recorded outputs are described by their workflow's entries, shared
+    by every run, but for the outputs whose entry says more of their own (an
+    answer the deadline gave, the fingerprint of the code that made an output
+    restored from an earlier run): those come from ``over``.
+    """
+
+    __slots__ = ("_base", "_over")
+
+    def __init__(
+        self, base: Mapping[str, Mapping[str, Any]], over: Mapping[str, Mapping[str, Any]]
+    ) -> None:
+        """``base`` with the entries of ``over`` in place of its own."""
+        self._base = base
+        self._over = over
+
+    def __getitem__(self, name: str) -> Mapping[str, Any]:
+        """Return the entry of step ``name``."""
+        entry = self._over.get(name)
+        return self._base[name] if entry is None else entry
+
+    def __contains__(self, name: object) -> bool:
+        """Return whether the workflow has a step ``name``."""
+        return name in self._base
+
+    def __iter__(self) -> Iterator[str]:
+        """Yield the workflow's step names."""
+        return iter(self._base)
+
+    def __len__(self) -> int:
+        """Return the number of steps."""
+        return len(self._base)

@@ -137,6 +137,41 @@ class Answers:
             del self.stored[name]
 
 
+def overdue(
+    graph: Graph, pending: Mapping[str, Mapping[str, Any]], now: datetime
+) -> tuple[dict[str, Any], dict[str, Exception]]:
+    """The questions in ``pending`` whose deadline passed by ``now``: their defaults, or why not.
+
+    A question with a ``default`` takes it as its answer (through the step's
+    ``check``; what that raises fails the step); one without fails closed
+    with a `TimeoutError` naming the deadline. In declaration order.
+    """
+    taken: dict[str, Any] = {}
+    failed: dict[str, Exception] = {}
+    for name in graph.names:
+        entry = pending.get(name)
+        if entry is None or entry["expires_at"] is None:
+            continue
+        deadline = entry["expires_at"]
+        if now <= datetime.fromisoformat(deadline):
+            continue
+        step: Any = graph.steps[graph.index[name]]
+        if step.default is ...:
+            msg = (
+                f"step {name!r}: the question expired at {deadline} without an answer "
+                f"(it has no default); rerun=[{name!r}] asks it again"
+            )
+            failed[name] = TimeoutError(msg)
+            continue
+        try:
+            value = step.default if step.check is None else step.check(step.default)
+            taken[name] = plain_copy(value, f"default answer of step {name!r}")
+        except Exception as exc:  # noqa: BLE001 - a default its check refuses fails the step
+            exc.add_note(f"executionkit: check of step {name!r} refused its default answer")
+            failed[name] = exc
+    return taken, failed
+
+
 def _listed(own: Iterable[str], nested: Iterable[str]) -> str:
     """The paths of the pending questions, for a message: this run's, then nested ones."""
     return ", ".join(repr(path) for path in (*map(join_path, own), *nested)) or "none"

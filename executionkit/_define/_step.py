@@ -291,7 +291,9 @@ class Step:
         )
 
     @classmethod
-    @_keywords_checked("Step.ask", "depends_on, check, expires_after, version and metadata")
+    @_keywords_checked(
+        "Step.ask", "depends_on, check, expires_after, default, version and metadata"
+    )
     def ask(
         cls,
         name: str,
@@ -300,6 +302,7 @@ class Step:
         depends_on: Iterable[str] = (),
         check: Callable[[Any], Any] | None = None,
         expires_after: float | timedelta | None = None,
+        default: Any = ...,
         version: str | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> Step:
@@ -321,7 +324,14 @@ class Step:
             check: ``check(answer)`` validates an answer before anything runs
                 and returns what is recorded (raise to refuse it).
             expires_after: Seconds (or a `datetime.timedelta`) the question
-                stays open once asked; a later answer fails this step.
+                stays open once asked. Once it has passed, a resume takes
+                ``default`` as the answer, or without one fails this step (as
+                does an answer given late).
+            default: The answer a resume after the deadline takes (plain
+                data, passed through ``check``), recorded as given by the
+                deadline (``answered_by`` in the checkpoint's ``step_info``),
+                not by a person. Needs ``expires_after``. ``...`` (the
+                default): none.
             version: As for `Step`: a changed version asks again.
             metadata: As for `Step`.
 
@@ -340,6 +350,7 @@ class Step:
             version=version,
             check=check,
             expires_after=expires_after,
+            default=default,
         )
 
     @classmethod

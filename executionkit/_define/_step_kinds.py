@@ -15,7 +15,8 @@ from typing import Any, TypeAlias
 
 from executionkit._define._step import Step
 from executionkit._define._step_checks import _check_number, check_call, is_async_callable
-from executionkit._errors import WorkflowDefinitionError
+from executionkit._errors import CheckpointValueError, WorkflowDefinitionError
+from executionkit._plain import plain_copy
 
 MAP_OPTIONS = frozenset(
     {
@@ -95,6 +96,8 @@ class AskStep(Step):
     _: KW_ONLY
     check: Callable[[Any], Any] | None = None
     expires_after: float | timedelta | None = None
+    # The answer taken once the deadline passed; ... (Ellipsis): none.
+    default: Any = ...
 
     _called_as = ("the question", "question(ctx)", 1)
 
@@ -122,6 +125,22 @@ class AskStep(Step):
         if expires is not None and _check_number(name, "expires_after", expires, 0.0) == 0:
             msg = f"step {name!r}: expires_after must be a positive duration or None, got 0"
             raise WorkflowDefinitionError(msg)
+        if self.default is not ...:
+            self._check_default()
+
+    def _check_default(self) -> None:
+        """A ``default`` needs a deadline and must be plain data (it goes into checkpoints)."""
+        name = self.name
+        if self.expires_after is None:
+            msg = (
+                f"step {name!r}: default is the answer taken once the deadline passed, "
+                f"so it needs expires_after"
+            )
+            raise WorkflowDefinitionError(msg)
+        try:
+            plain_copy(self.default, f"default of step {name!r}")
+        except CheckpointValueError as exc:
+            raise WorkflowDefinitionError(str(exc)) from None
 
     @property
     def lifetime(self) -> float | None:
@@ -138,6 +157,8 @@ class AskStep(Step):
             for setting in ("check", "expires_after", "version")
             if getattr(self, setting) is not None
         )
+        if self.default is not ...:
+            parts.append(f"default={self.default!r}")
         return f"Step.ask({', '.join(parts)})"
 
     def __hash__(self) -> int:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from executionkit._checkpoint._ledger import ZERO
 from executionkit._checkpoint._output_log import OutputLog
+from executionkit._checkpoint._step_info import Overlaid, StepInfo
 from executionkit._checkpoint._value import SharedFields, WorkflowCheckpoint
 from executionkit._define._waits import due_of, nested_waits
 from executionkit._paths import join_path
@@ -63,6 +64,28 @@ def reached(usage: TokenUsage, budget: TokenUsage | None) -> bool:
             (usage.llm_calls, budget.llm_calls),
         )
     )
+
+
+def described(
+    graph: Graph, resumed: WorkflowCheckpoint | None, stored: Mapping[str, Any]
+) -> dict[str, Mapping[str, Any]]:
+    """The ``step_info`` entries of restored outputs that say more than the workflow's own.
+
+    Format 5's ``code`` and ``answered_by`` describe the run that recorded an
+    output, so they stay with it across resumes.
+    """
+    if resumed is None or resumed.version < 5:  # noqa: PLR2004 - the format that added them
+        return {}
+    recorded = resumed.step_info
+    own = graph.step_info
+    kept: dict[str, Mapping[str, Any]] = {}
+    for name in stored:
+        entry = recorded.get(name)
+        if type(entry) is StepInfo and entry.more:
+            base = own.get(name)
+            if type(base) is not StepInfo or entry.more != base.more:
+                kept[name] = entry
+    return kept
 
 
 class Record:
@@ -128,6 +151,12 @@ class Record:
         self.resumed_length = len(self.log)
         # Names a mid-batch checkpoint announced as new before they were merged.
         self.reported: set[str] = set()
+        self._start_rooms(graph, options, state)
+        # Every output the log gets from here on is of a step this run executed (merge).
+        self._first_executed = len(self.log.names)
+
+    def _start_rooms(self, graph: Graph, options: RunOptions, state: Restored) -> None:
+        """The rooms of the kinds of step that record more than an output; the answers."""
         # The rooms of the kinds of step that record more than an output, each its own
         # state: skips, the items of unfinished maps, questions, sub-workflows.
         self.skips = Skips(graph.names, state.skipped)
@@ -144,10 +173,16 @@ class Record:
         self._maps = graph.maps
         # Only graphs with such steps can have anything in those rooms.
         self.has_rooms = bool(graph.maps or graph.asks or graph.workflows or graph.waits)
+        # Recorded outputs whose step_info says more than their workflow's entry: an
+        # answer the deadline gave, the code that made an output in an earlier run.
+        self._described = described(graph, options.resume_from, state.stored)
         if options.answers or state.pending:
             self._answer(options.answers)
-        # Every output the log gets from here on is of a step this run executed (merge).
-        self._first_executed = len(self.log.names)
+        # What checkpoints say of each step: the workflow's entries, but those.
+        self.step_info = (
+            Overlaid(graph.step_info, self._described) if self._described else graph.step_info
+        )
+        self.shared.step_info = self.step_info
 
     def _start_ledger(
         self,
@@ -197,16 +232,28 @@ class Record:
         )
 
     def _answer(self, answers: Mapping[str, Any]) -> None:
-        """Apply the run's answers, each the output of its ask step (checked first)."""
-        checked = self.questions.answer(answers, self.outputs, self.children)
+        """Apply the run's answers, each the output of its ask step (checked first).
+
+        Then the deadlines act: a question still pending whose deadline passed
+        takes its default (described as ``answered_by: "deadline"``), or fails.
+        """
+        questions = self.questions
+        checked = questions.answer(answers, self.outputs, self.children)
+        taken, overdue = questions.overdue(checked.expired)
+        stored = {**checked.stored, **taken}
         index = self.graph.index
-        for name in sorted(checked.stored, key=index.__getitem__):
-            stored = checked.stored[name]
-            self.outputs[name] = stored
-            self.log.append(name, stored)
+        for name in sorted(stored, key=index.__getitem__):
+            self.outputs[name] = stored[name]
+            self.log.append(name, stored[name])
             self.changes += 1
-        for name, error in checked.expired.items():
+        for name, error in (*checked.expired.items(), *overdue.items()):
             self.fail(index[name], error)
+        info = self.graph.step_info
+        for name in taken:
+            entry = info[name]
+            self._described[name] = StepInfo(
+                entry["version"], entry["depends_on"], "ask", (("answered_by", "deadline"),)
+            )
 
     def ask(self, position: int, question: object) -> Mapping[str, Any]:
         """Record the question the ask step at ``position`` asks; return its pending entry."""

@@ -88,8 +88,8 @@ class Snapshots:
         if skips.skipped or skips.decided:  # bool(skips), without the call
             described = fields.get("step_info")
             if described is None:
-                described = record.log.info(length, record.graph.step_info)
-            extra = record.skips.describe(fields, record.graph.step_info)
+                described = record.log.info(length, record.step_info)
+            extra = record.skips.describe(fields, record.step_info)
             fields["step_info"] = MappingProxyType(Extended(described, extra))
         checkpoint = trusted_checkpoint(fields)
         self.last = checkpoint
@@ -183,7 +183,7 @@ def describe_exactly(record: Record, fields: dict[str, Any], since: int) -> None
     already announced as new are not announced again.
     """
     log = record.log
-    info = record.graph.step_info
+    info = record.step_info
     outputs: Mapping[str, Any] = log.outputs(len(log.names))
     new = log.names_between(since, len(log.names))
     if record.landed:
@@ -210,7 +210,7 @@ def describe_exactly(record: Record, fields: dict[str, Any], since: int) -> None
 
 def describe_rooms(record: Record, fields: dict[str, Any], length: int) -> None:
     """Add what the rooms hold (items of unfinished maps, questions, children, waits)."""
-    info = record.graph.step_info
+    info = record.step_info
     named: list[str] = []
     for room in record.rooms:
         if room:

@@ -96,8 +96,10 @@ class Announcer:
             emit(StepInvalidated(run_id, name, reason))
         for name in recorded:
             emit(StepRestored(run_id, name))
-        for name in record.questions.answered:
-            emit(QuestionAnswered(run_id, name))
+        questions = record.questions
+        for name in questions.answered:
+            by = "deadline" if name in questions.by_deadline else None
+            emit(QuestionAnswered(run_id, name, by))
 
     def run_ended(self, record: Record, outcome: BaseException | None, duration: float) -> None:
         """Announce how the run ended: suspended (questions wait), finished, or failed."""

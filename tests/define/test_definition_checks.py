@@ -297,7 +297,7 @@ def test_step_ask_refuses_when_with_a_definition_error_and_the_way_out() -> None
         ANY_STEP.ask("q", one, when=lambda ctx: True)
     assert str(caught.value) == (
         "step 'q': Step.ask got unknown option(s) 'when' (it takes depends_on, check, "
-        "expires_after, version and metadata); an ask step has no condition of its own: "
+        "expires_after, default, version and metadata); an ask step has no condition of its own: "
         "give the when to a step it depends on, whose skip skips the question too"
     )
 
@@ -342,7 +342,7 @@ def test_a_question_behind_a_skipped_dependency_is_skipped() -> None:
             lambda: ANY_STEP.ask("q", one, checks=one),
             (
                 "step 'q': Step.ask got unknown option(s) 'checks' (it takes depends_on, check, "
-                "expires_after, version and metadata); did you mean 'check'?"
+                "expires_after, default, version and metadata); did you mean 'check'?"
             ),
         ),
     ],

@@ -188,10 +188,12 @@ PER = 0.5
 ALLOWED = 6  # attempts of TOKENS tokens the window holds
 TOKEN_ITEMS = 8
 # The limiter stamps an attempt's start (in the window it shares) a moment before the item
-# writes its "+" mark: under 10 ms when measured. With that lag under SLACK, the marks
-# inside any window of PER - SLACK seconds come from stamps inside one window of PER
-# seconds, so they are at most ALLOWED.
-SLACK = 0.05
+# writes its "+" mark: under 10 ms when measured alone, but once over 50 ms while the whole
+# suite loaded the two cores (the stamp's transaction commits before the item runs). With
+# that lag under SLACK, the marks inside any window of PER - SLACK seconds come from stamps
+# inside one window of PER seconds, so they are at most ALLOWED. Four processes sharing
+# nothing put 24 starts in such a window (the control test).
+SLACK = 0.15
 
 
 def token_run(tmp_path: Path, stores: Sequence[str]) -> list[float]:
