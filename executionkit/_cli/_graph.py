@@ -11,6 +11,7 @@ from executionkit._cli._maps import map_sources, unfinished_maps
 from executionkit._cli._text import out, say
 from executionkit._define._conditions import condition_name
 from executionkit._define._questions import waiting_in
+from executionkit._define._waits import waits_in
 from executionkit._paths import split_path
 from executionkit._terminal import one_line, show
 
@@ -97,9 +98,10 @@ def step_statuses(workflow: Workflow, checkpoint: WorkflowCheckpoint) -> dict[st
     """Each step's state in ``checkpoint``.
 
     ``done``, ``failed``, ``skipped``, ``waiting`` (an ask step whose question waits
-    for an answer, or a sub-workflow step whose child waits for one) or ``pending``.
+    for an answer, a wait step not due yet, or a sub-workflow step whose child
+    waits for either) or ``pending``.
     """
-    waiting = {split_path(path)[0] for path in waiting_in(checkpoint)}
+    waiting = {split_path(path)[0] for path in (*waiting_in(checkpoint), *waits_in(checkpoint))}
     return {
         step.name: "waiting"
         if step.name in waiting and step.name not in checkpoint.errors

@@ -20,6 +20,7 @@ from urllib.parse import urlencode
 
 from executionkit._cli._serve._markup import Markup, html, join, markup
 from executionkit._cli._serve._svg import graph_svg
+from executionkit._define._waits import waits_in
 from executionkit._paths import join_path
 from executionkit._terminal import json_text
 
@@ -167,6 +168,10 @@ def run_main(run: RunPage) -> Markup:
     ]
     if run.bill is not None:
         facts.append(("dollars", run.bill))
+    timers = waits_in(checkpoint)
+    if timers:
+        due = [html("{} at {}", path, moment.isoformat()) for path, moment in timers.items()]
+        facts.append(("waiting until", join(due, "; ")))
     failed = [
         html('<a href="#step-{}">{}</a>', number, step.name)
         for number, step in enumerate(run.steps)

@@ -28,6 +28,7 @@ from executionkit._cli._location import DatabaseLocation, FileLocation
 from executionkit._cli._maps import failed_items, recorded_steps, unfinished_maps
 from executionkit._cli._text import error_text
 from executionkit._define._questions import waiting_in
+from executionkit._define._waits import waits_in
 from executionkit._paths import split_path
 
 if TYPE_CHECKING:
@@ -154,7 +155,7 @@ class Source:
             return "running"
         if checkpoint.errors:
             return "failed"
-        if waiting_in(checkpoint):
+        if waiting_in(checkpoint) or waits_in(checkpoint):
             return "waiting"
         if (
             self.workflow is not None
@@ -298,7 +299,9 @@ def step_views(
             kinds[step.name] = _kind(step)
             depends[step.name] = tuple(step.depends_on)
     else:
-        waiting = {split_path(path)[0] for path in waiting_in(checkpoint)}
+        waiting = {
+            split_path(path)[0] for path in (*waiting_in(checkpoint), *waits_in(checkpoint))
+        }
         names = list(dict.fromkeys([*checkpoint.outputs, *checkpoint.skipped]))
         names += [n for n in [*checkpoint.errors, *waiting, *checkpoint.items] if n not in names]
         statuses = {name: _status_without(name, checkpoint, waiting) for name in names}
