@@ -53,12 +53,13 @@ class ResumePlan:
             `WorkflowResult.invalidated` would report it before any step runs.
         discarded: Recorded steps the workflow does not have, dropped because
             ``unknown_steps="discard"`` was passed.
-        answered: The ask steps whose pending question ``answers`` answers.
+        answered: The ask steps whose pending question ``answers`` answers, or
+            whose deadline passed and whose ``default`` answers it.
         questions: The ask steps of ``would_run`` that would ask a new question.
         waiting: The questions still pending after ``answers`` (by question path,
             those of sub-workflows as ``step/question``); the resume waits for
-            them. An answer given after its question expired leaves it here:
-            the resume would fail that ask step.
+            them. A question answered late, or past its deadline with no answer
+            and no default, stays here: the resume would fail that ask step.
         items: For each unfinished map whose recorded items are kept: the count
             of recorded items, and the keys of the items the resume would run
             (in item order), or None when they are known only by running (the
@@ -126,9 +127,11 @@ def plan_resume(graph: Graph, arguments: Mapping[str, object]) -> ResumePlan:
     if options.answers or state.pending:
         # The run's own check of the answers: what it refuses, the plan refuses.
         checked = questions.answer(options.answers, state.outputs, children)
-        answered = tuple(name for name in graph.names if name in checked.stored)
+        taken, _failed = questions.overdue(checked.expired)  # defaults past their deadline
+        stored = {**checked.stored, **taken}
+        answered = tuple(name for name in graph.names if name in stored)
         for name in answered:
-            state.outputs[name] = checked.stored[name]
+            state.outputs[name] = stored[name]
     waiting = questions.waiting(children)
     done = {*state.outputs, *state.skipped, *questions.pending}
     would_run = tuple(name for name in graph.names if name not in done)

@@ -232,3 +232,22 @@ def test_bad_defaults_are_named() -> None:
         Step.ask("q", lambda ctx: "?", expires_after=5, default={1, 2})
     assert "default='no'" in repr(Step.ask("q", lambda ctx: "?", expires_after=5, default="no"))
     assert "default=" not in repr(Step.ask("q", lambda ctx: "?", expires_after=5))
+
+
+def test_the_plan_says_the_default_would_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock(monkeypatch)
+    flow = approval(Counter(), expires_after=3600, default="rejected")
+    saved: list[WorkflowCheckpoint] = []
+    flow.run_sync(checkpoint_fn=saved.append)
+    assert flow.plan(resume_from=saved[-1]).waiting == ("approve",)
+    clock.now = LATE
+    plan = flow.plan(resume_from=saved[-1])
+    assert plan.answered == ("approve",)
+    assert plan.waiting == ()
+    assert plan.would_run == ("execute", "report")
+    without = approval(Counter(), expires_after=3600)
+    clock.now = ASKED
+    saved = []
+    without.run_sync(checkpoint_fn=saved.append)
+    clock.now = LATE
+    assert without.plan(resume_from=saved[-1]).waiting == ("approve",)  # the resume fails it
