@@ -299,7 +299,8 @@ class ConsoleProgress:
         if isinstance(event, QuestionAnswered):
             self._waiting.pop(event.step if run.path else join_path(event.step), None)
             run.done.add(event.step)
-            return _Line(f"{_PREFIX}: {event.step} answered", status=True, notable=False)
+            by = " by its deadline (its default)" if event.answered_by == "deadline" else ""
+            return _Line(f"{_PREFIX}: {event.step} answered{by}", status=True, notable=False)
         if run is not self._root:  # its questions wait on; the run followed suspends later
             self._child_ended(run)
             return None

@@ -251,3 +251,19 @@ def test_the_plan_says_the_default_would_answer(monkeypatch: pytest.MonkeyPatch)
     without.run_sync(checkpoint_fn=saved.append)
     clock.now = LATE
     assert without.plan(resume_from=saved[-1]).waiting == ("approve",)  # the resume fails it
+
+
+def test_console_progress_says_the_deadline_answered(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from executionkit.progress import ConsoleProgress  # noqa: PLC0415
+
+    clock = Clock(monkeypatch)
+    flow = approval(Counter(), expires_after=60, default="rejected")
+    saved: list[WorkflowCheckpoint] = []
+    flow.run_sync(checkpoint_fn=saved.append)
+    clock.now = LATE
+    flow.run_sync(resume_from=saved[-1], on_event=ConsoleProgress(live=False))
+    assert (
+        "executionkit: approve answered by its deadline (its default)" in capsys.readouterr().err
+    )
