@@ -8,6 +8,7 @@ from executionkit._define._graph import Graph
 from executionkit._define._options import (
     CheckpointEvery,
     CheckpointFn,
+    OnCodeChange,
     OnError,
     RunOptions,
     Schedule,
@@ -114,6 +115,7 @@ class Workflow:
         prices: Prices | None = None,
         limits: Sequence[Limit] | None = None,
         sleep_up_to: float = 60.0,
+        on_code_change: OnCodeChange = "keep",
     ) -> WorkflowResult:
         """Run every step not yet recorded, checkpointing after each batch.
 
@@ -226,6 +228,13 @@ class Workflow:
                 sleep through it (default 60.0); a wait due later ends the
                 run with it in `WorkflowResult.waits`, to resume once due.
                 ``0`` sleeps through none; ``math.inf`` sleeps through all.
+            on_code_change: What a resume does with recorded outputs whose
+                step's code changed since they were recorded (their
+                fingerprints differ, `Workflow.plan` lists them): ``"keep"``
+                (default) keeps them and says so (event `CodeChanged`);
+                ``"rerun"`` runs them again with what depends on them;
+                ``"refuse"`` raises `CheckpointMismatchError` naming them
+                before anything runs.
 
         Returns:
             The outputs of every step and the total token usage. When questions
@@ -281,6 +290,7 @@ class Workflow:
         rerun: Collection[str] | None = None,
         unknown_steps: UnknownSteps = "error",
         run_id: str | None = None,
+        on_code_change: OnCodeChange = "keep",
     ) -> ResumePlan:
         """Say what ``run`` with these arguments would do, without running anything.
 
@@ -299,6 +309,9 @@ class Workflow:
             rerun: As for `run`.
             unknown_steps: As for `run`.
             run_id: As for `run`.
+            on_code_change: As for `run`: ``"keep"`` lists the steps whose
+                code changed in ``code_changed``, ``"rerun"`` in ``would_run``,
+                and ``"refuse"`` raises as `run` would.
 
         Returns:
             A `ResumePlan`.

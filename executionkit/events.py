@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CheckpointTaken",
+    "CodeChanged",
     "Event",
     "EventCallback",
     "ItemFailed",
@@ -125,6 +126,25 @@ class StepInvalidated(Event):
 
     step: str
     reason: str
+
+
+@dataclass(frozen=True)
+class CodeChanged(Event):
+    """On resume: the code of a recorded step changed since its output was recorded, kept.
+
+    Said once per such step under ``on_code_change="keep"``, after the
+    `StepInvalidated` events (under ``"rerun"`` the step is invalidated
+    instead, with the reason ``code changed (...)``).
+
+    Attributes:
+        step: The step's name.
+        recorded: The fingerprint of the code that recorded its output.
+        current: The fingerprint of its code now.
+    """
+
+    step: str
+    recorded: str
+    current: str
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, cast
 
 from executionkit._checkpoint._step_info import StepInfo
+from executionkit._define._code import fingerprint
 from executionkit._define._frontier import Levels
 from executionkit._define._step import Step
 from executionkit._define._step_checks import is_async_callable, is_workflow
@@ -380,7 +381,16 @@ def kind_of(step: Step) -> str:
 
 def _info(step: Step) -> StepInfo:
     kind = kind_of(step)
-    return StepInfo(step.version, step.depends_on, None if kind == "step" else kind)
+    more = code_of(step.run) if kind in {"step", "map"} and not is_workflow(step.run) else ()
+    if isinstance(step, WaitStep):
+        more = ()  # a wait's output is a time that passed, whatever computes it
+    return StepInfo(step.version, step.depends_on, None if kind == "step" else kind, more)
+
+
+def code_of(run: object) -> tuple[tuple[str, str], ...]:
+    """``(("code", fingerprint),)`` for a step's ``run`` (`StepInfo`'s ``more``); () for none."""
+    code = fingerprint(run)
+    return () if code is None else (("code", code),)
 
 
 def _with_over_dependencies(steps: tuple[Step, ...]) -> tuple[Step, ...]:
@@ -431,9 +441,11 @@ class _Kinds:
         self.encoded: list[int] = []
         self.conditions: list[int] = []
         self.step_info: dict[str, Mapping[str, Any]] = {}
-        # Consecutive steps mostly share their function: ask inspect once for each run.
+        # Consecutive steps mostly share their function: ask inspect once for each run, and
+        # fingerprint its code once (`_code.fingerprint`).
         last_run: object = None
         last_async = False
+        last_code: tuple[tuple[str, str], ...] = ()
         step_info, plain = self.step_info, self.plain
         for position, step in enumerate(steps):
             run = step.run
@@ -442,9 +454,10 @@ class _Kinds:
                 if run is not last_run:
                     last_run = run
                     last_async = is_async_callable(run)
+                    last_code = code_of(run)
                 if not last_async:
                     plain.append(position)
-                step_info[step.name] = StepInfo(step.version, step.depends_on, None)
+                step_info[step.name] = StepInfo(step.version, step.depends_on, None, last_code)
             else:
                 self._other(position, step, kind_of(step))
             if step.encode is not None:

@@ -38,10 +38,14 @@ Schedule: TypeAlias = Literal["batch", "eager"]
 CheckpointEvery: TypeAlias = Literal["batch", "step"]
 """In batch mode, checkpoint after each batch, or as each step completes."""
 
+OnCodeChange: TypeAlias = Literal["keep", "rerun", "refuse"]
+"""What resuming does with recorded outputs whose step's code changed since."""
+
 _ON_ERROR = ("finish", "cancel", "continue")
 _UNKNOWN_STEPS = ("error", "discard")
 _SCHEDULES = ("batch", "eager")
 _CHECKPOINT_EVERY = ("batch", "step")
+_ON_CODE_CHANGE = ("keep", "rerun", "refuse")
 
 
 def names_text(names: list[str] | tuple[str, ...]) -> str:
@@ -77,6 +81,8 @@ class RunOptions:
     limits: tuple[Limit, ...] = ()
     # Waits (`Step.wait`) due within this many seconds are slept through.
     sleep_up_to: float = 60.0
+    # What a resume does with recorded outputs whose step's code changed.
+    on_code_change: OnCodeChange = "keep"
     # rerun paths into sub-workflows: (step, item key or None) -> the rest of each path.
     rerun_within: Mapping[tuple[str, str | None], frozenset[str]] = field(
         default_factory=lambda: MappingProxyType({})
@@ -128,13 +134,10 @@ class RunOptions:
         else:
             rerun_own, paths = _checked_rerun(graph, rerun, resume_from)
             rerun_within = MappingProxyType(paths) if paths else _NO_RERUN_WITHIN
-        _one_of("on_error", on_error, _ON_ERROR)
-        _one_of("unknown_steps", unknown_steps, _UNKNOWN_STEPS)
+        _checked_modes(arguments)
         if type(validate_json) is not bool:
             msg = f"validate_json must be a bool, got {validate_json!r}"
             raise RunArgumentError(msg)
-        _one_of("schedule", schedule, _SCHEDULES)
-        _one_of("checkpoint_every", checkpoint_every, _CHECKPOINT_EVERY)
         if max_concurrency is not None and (
             type(max_concurrency) is not int or max_concurrency < 1
         ):
@@ -175,6 +178,7 @@ class RunOptions:
             checkpoint_every=checkpoint_every,  # type: ignore[arg-type]  # checked by _one_of
             stop_grace=_checked_seconds("stop_grace", arguments["stop_grace"]),
             sleep_up_to=_checked_seconds("sleep_up_to", arguments.get("sleep_up_to", 60.0)),
+            on_code_change=arguments.get("on_code_change", "keep"),  # type: ignore[arg-type]
             answers=answers,
             limits=_checked_limits(graph, arguments.get("limits")),
         )
@@ -273,6 +277,15 @@ def str_keyed(value: object, argument: str) -> dict[str, Any]:
             raise RunArgumentError(msg)
         result[key] = item
     return result
+
+
+def _checked_modes(arguments: Mapping[str, object]) -> None:
+    """Each argument that names a mode names one of its modes."""
+    _one_of("on_error", arguments["on_error"], _ON_ERROR)
+    _one_of("unknown_steps", arguments["unknown_steps"], _UNKNOWN_STEPS)
+    _one_of("schedule", arguments["schedule"], _SCHEDULES)
+    _one_of("checkpoint_every", arguments["checkpoint_every"], _CHECKPOINT_EVERY)
+    _one_of("on_code_change", arguments.get("on_code_change", "keep"), _ON_CODE_CHANGE)
 
 
 def _one_of(argument: str, value: object, allowed: tuple[str, ...]) -> None:

@@ -121,6 +121,7 @@ class Record:
                 metadata=options.metadata,
                 rerun=options.rerun,
                 unknown_steps=options.unknown_steps,
+                on_code_change=options.on_code_change,
             )
         # Live outputs feed ctx and the result; stored forms (after Step.encode) feed
         # checkpoints. Without codecs both hold the same objects.
@@ -134,6 +135,8 @@ class Record:
         self.seq = state.seq
         self._invalidated = state.invalidated
         self.invalidated = MappingProxyType(self._invalidated)
+        # Recorded steps whose code changed, kept (on_code_change="keep"): old and new code.
+        self.code_changed = state.code_changed
         self.discarded = state.discarded
         self.run_id = state.run_id if state.run_id is not None else _new_run_id()
         outputs = self.outputs

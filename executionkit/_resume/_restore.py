@@ -43,6 +43,9 @@ class Restored:
     items: dict[str, tuple[dict[str, Any], dict[str, Any], TokenUsage]]
     # Ask step -> its pending question, as recorded.
     pending: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    # Recorded steps whose code changed, their outputs kept (on_code_change="keep"):
+    # step -> (recorded fingerprint, current fingerprint).
+    code_changed: dict[str, tuple[str, str]] = field(default_factory=dict)
     # Wait step -> its entry ({"due": ..., "since": ...}), as recorded.
     waits: dict[str, Mapping[str, str]] = field(default_factory=dict)
     # Sub-workflow step -> its child's checkpoint (a map's: item key -> checkpoint).
@@ -65,6 +68,7 @@ def restore(
     metadata: Mapping[str, Any] | None,
     rerun: frozenset[str],
     unknown_steps: UnknownSteps,
+    on_code_change: str = "keep",
 ) -> Restored:
     """Check ``checkpoint`` against the workflow and the run's arguments.
 
@@ -114,7 +118,9 @@ def restore(
     recorded = [
         name for name in graph.names if name in checkpoint.outputs or name in recorded_skips
     ]
-    invalidated = _invalidated(graph, checkpoint, recorded, rerun)
+    code = CodeChanges(on_code_change)
+    invalidated = _invalidated(graph, checkpoint, recorded, rerun, code)
+    code.refuse()
     stored = (
         {
             name: checkpoint.outputs[name]
@@ -142,6 +148,7 @@ def restore(
         items=items,
         pending=pending,
         waits=fit.waits(),
+        code_changed={n: pair for n, pair in code.changed.items() if n not in invalidated},
         children=children,
         outputs=_decoded(graph, stored),
         stored=stored,
@@ -210,9 +217,17 @@ def _describe_version(version: str | None) -> str:
 
 
 def _invalidated(
-    graph: Graph, checkpoint: WorkflowCheckpoint, recorded: list[str], rerun: frozenset[str]
+    graph: Graph,
+    checkpoint: WorkflowCheckpoint,
+    recorded: list[str],
+    rerun: frozenset[str],
+    code: CodeChanges | None = None,
 ) -> dict[str, str]:
-    """Name each recorded step that cannot be trusted, with the reason, in declaration order."""
+    """Name each recorded step that cannot be trusted, with the reason, in declaration order.
+
+    ``code`` collects the steps whose code changed since their output was
+    recorded; under ``on_code_change="rerun"`` they are not trusted either.
+    """
     have = set(recorded)
     reasons: dict[int, str] = {}
     ours, theirs = graph.step_info, checkpoint.step_info
@@ -228,6 +243,8 @@ def _invalidated(
         ):
             continue
         reason = _distrust(graph, checkpoint, name, have, rerun)
+        if reason is None and code is not None and info is not None:
+            reason = code.compare(name, info.get("code"), ours[name].get("code"))
         if reason is not None:
             reasons[graph.index[name]] = reason
     # Everything downstream of an untrusted output was computed from it; each such
@@ -243,6 +260,42 @@ def _invalidated(
         parent = min(dep for dep in graph.dependencies[position] if dep in untrusted)
         reasons[position] = f"depends on invalidated step {graph.names[parent]!r}"
     return {graph.names[position]: reasons[position] for position in sorted(reasons)}
+
+
+class CodeChanges:
+    """The recorded steps whose code changed, as `on_code_change` treats them."""
+
+    def __init__(self, policy: str) -> None:
+        """Collect them under ``policy``: ``"keep"``, ``"rerun"`` or ``"refuse"``."""
+        self.policy = policy
+        self.changed: dict[str, tuple[str, str]] = {}  # step -> (recorded, current)
+
+    def compare(self, name: str, recorded: str | None, current: str | None) -> str | None:
+        """Why step ``name`` is not trusted, under ``rerun``; None if kept (or unchanged).
+
+        A fingerprint the checkpoint lacks is unknown, never a change.
+        """
+        if recorded is None or current is None or recorded == current:
+            return None
+        self.changed[name] = (recorded, current)
+        if self.policy == "rerun":
+            return f"code changed (fingerprint {recorded} to {current})"
+        return None
+
+    def refuse(self) -> None:
+        """Under ``"refuse"``: raise if any step's code changed, naming each."""
+        if self.policy != "refuse" or not self.changed:
+            return
+        steps = ", ".join(
+            f"{name!r} ({recorded} to {current})"
+            for name, (recorded, current) in self.changed.items()
+        )
+        msg = (
+            f"the code of {steps} changed since their outputs were recorded "
+            f"(on_code_change='refuse'); pass on_code_change='keep' to keep those outputs, "
+            f"'rerun' to run them again with what depends on them, or rerun=[...] for some"
+        )
+        raise CheckpointMismatchError(msg)
 
 
 def _distrust(

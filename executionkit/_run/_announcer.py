@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from executionkit._run._aio import wait_through
 from executionkit.events import (
+    CodeChanged,
     ItemFailed,
     ItemFinished,
     QuestionAnswered,
@@ -94,6 +95,8 @@ class Announcer:
         emit(replace(started, recorded=recorded))
         for name, reason in record.invalidated.items():
             emit(StepInvalidated(run_id, name, reason))
+        for name, (old, new) in record.code_changed.items():
+            emit(CodeChanged(run_id, name, old, new))
         for name in recorded:
             emit(StepRestored(run_id, name))
         questions = record.questions

@@ -111,6 +111,7 @@ class ChildRuns:
             "executor": options.executor,
             "stop_grace": options.stop_grace,
             "sleep_up_to": options.sleep_up_to,
+            "on_code_change": options.on_code_change,
             "checkpoint_every": "step",
             "answers": record.children.take_answers(name, key),
             "unknown_steps": options.unknown_steps,

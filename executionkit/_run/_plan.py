@@ -20,8 +20,10 @@ from executionkit._record._children import Children
 from executionkit._record._items import item_pairs
 from executionkit._record._questions import Questions
 from executionkit._resume._restore import restore
+from executionkit._types import TokenUsage
 
 if TYPE_CHECKING:
+    from executionkit._checkpoint._value import WorkflowCheckpoint
     from executionkit._define._graph import Graph
     from executionkit._define._step_kinds import MapStep
     from executionkit._resume._restore import Restored
@@ -64,6 +66,11 @@ class ResumePlan:
             of recorded items, and the keys of the items the resume would run
             (in item order), or None when they are known only by running (the
             ``over`` step has no recorded output).
+        code_changed: The restored steps whose code changed since their
+            output was recorded (``on_code_change="keep"``): step name to what
+            running it again would cost, the usage its recorded attempts
+            spent (their ledger rows). Under ``"rerun"`` they are in
+            ``would_run`` and ``invalidated`` instead.
     """
 
     would_run: tuple[str, ...]
@@ -76,6 +83,7 @@ class ResumePlan:
     questions: tuple[str, ...] = ()
     waiting: tuple[str, ...] = ()
     items: Mapping[str, tuple[int, tuple[str, ...] | None]] = field(default_factory=lambda: _EMPTY)
+    code_changed: Mapping[str, TokenUsage] = field(default_factory=lambda: _EMPTY)
 
 
 def plan_resume(graph: Graph, arguments: Mapping[str, object]) -> ResumePlan:
@@ -119,6 +127,7 @@ def plan_resume(graph: Graph, arguments: Mapping[str, object]) -> ResumePlan:
         metadata=None,
         rerun=options.rerun,
         unknown_steps=options.unknown_steps,
+        on_code_change=options.on_code_change,
     )
     restored = tuple(name for name in graph.names if name in state.outputs)
     questions = Questions(graph, state.pending)
@@ -153,7 +162,18 @@ def plan_resume(graph: Graph, arguments: Mapping[str, object]) -> ResumePlan:
         ),
         waiting=tuple(waiting),
         items=MappingProxyType(_items(graph, state, context)),
+        code_changed=MappingProxyType(_rerun_costs(checkpoint, state.code_changed)),
     )
+
+
+def _rerun_costs(
+    checkpoint: WorkflowCheckpoint, changed: Mapping[str, Any]
+) -> dict[str, TokenUsage]:
+    """What each step in ``changed`` spent on its recorded output: its rows in the ledger."""
+    if not changed:
+        return {}
+    by_step = checkpoint.spending.by_step()
+    return {name: (by_step[name].total if name in by_step else TokenUsage()) for name in changed}
 
 
 def _may_skip(

@@ -160,7 +160,11 @@ def test_run_checkpoints_hold_mapping_proxies() -> None:
         for info in cp.step_info.values():  # read-only entries, equal to the dicts they stand for
             with pytest.raises(TypeError):
                 info["version"] = "changed"  # type: ignore[index]
-            assert info == {"version": None, "depends_on": tuple(info["depends_on"])}
+            assert info == {
+                "version": None,
+                "depends_on": tuple(info["depends_on"]),
+                "code": info["code"],  # the fingerprint of the step's function
+            }
     assert [dict(cp.outputs) for cp in saved] == [
         {"s0": 0},
         {"s0": 0, "s1": 1},

@@ -74,7 +74,11 @@ async def test_fields_read_after_the_run_show_the_moment_they_were_taken() -> No
         with pytest.raises(KeyError):
             cp.outputs[f"s{k}"]
         assert dict(cp.step_info) == {
-            f"s{i}": {"version": f"v{i}", "depends_on": (f"s{i - 1}",) if i else ()}
+            f"s{i}": {
+                "version": f"v{i}",
+                "depends_on": (f"s{i - 1}",) if i else (),
+                "code": cp.step_info[f"s{i}"]["code"],  # the fingerprint of its function
+            }
             for i in range(k)
         }
         assert cp.new_outputs == (f"s{k - 1}",)

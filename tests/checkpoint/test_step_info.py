@@ -74,9 +74,11 @@ def test_checkpoints_of_a_run_and_of_from_dict_hold_equal_entries() -> None:
         [Step("a", lambda ctx: 1), Step("b", lambda ctx: 2, depends_on=("a",), version="2")]
     ).run_sync(checkpoint_fn=saved.append)
     data = saved[-1].to_dict()
+    codes = {name: entry["code"] for name, entry in data["step_info"].items()}
+    assert codes["a"] != codes["b"]  # two functions: two fingerprints
     assert data["step_info"] == {
-        "a": {"version": None, "depends_on": []},
-        "b": {"version": "2", "depends_on": ["a"]},
+        "a": {"version": None, "depends_on": [], "code": codes["a"]},
+        "b": {"version": "2", "depends_on": ["a"], "code": codes["b"]},
     }
     json.dumps(data)
     loaded = WorkflowCheckpoint.from_dict(json.loads(json.dumps(data)))

@@ -586,6 +586,7 @@ EVENT_SAMPLES: list[ev.Event] = [
     ev.RunStarted(RUN_ID, 1, (), resumed=False, cost=TokenUsage()),
     ev.StepRestored(RUN_ID, "a"),
     ev.StepInvalidated(RUN_ID, "a", "rerun requested"),
+    ev.CodeChanged(RUN_ID, "a", "0123456789abcdef", "fedcba9876543210"),
     ev.StepSkipped(RUN_ID, "a", "condition is_long returned False"),
     ev.StepStarted(RUN_ID, "a", 1),
     ev.StepRetried(RUN_ID, "a", 1, ValueError("x"), 0.5),

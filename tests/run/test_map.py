@@ -191,7 +191,12 @@ def test_over_naming_a_step_is_a_dependency_recorded_in_step_info() -> None:
     saved: list[WorkflowCheckpoint] = []
     workflow.run_sync(checkpoint_fn=saved.append)
     info = saved[-1].step_info["each"]
-    assert dict(info) == {"version": None, "depends_on": ("split",), "kind": "map"}
+    assert dict(info) == {
+        "version": None,
+        "depends_on": ("split",),
+        "kind": "map",
+        "code": info["code"],  # the fingerprint of the item function
+    }
     assert "Step.map(" in repr(workflow.steps[1])
     assert "over='split'" in repr(workflow.steps[1])
 

@@ -20,10 +20,20 @@ from executionkit import (
     current_step,
 )
 from executionkit.stores import JsonLinesStore
+from executionkit.stores._lines_format import pack_info
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
+
+
+def fingerprint_bytes(info: Any) -> int:
+    """What format 5's code fingerprint adds to a line's packed step info (decision 0018)."""
+    if info is None or "code" not in info:
+        return 0
+    without = {key: value for key, value in info.items() if key != "code"}
+    packed = json.dumps(pack_info(info), separators=(",", ":"))
+    return len(packed) - len(json.dumps(pack_info(without), separators=(",", ":")))
 
 
 def chain(n: int, size: int = 20, *, fail_at: int | None = None, tag: str = "") -> Workflow:
@@ -196,6 +206,9 @@ def test_bytes_appended_per_checkpoint_are_its_new_outputs_plus_a_bounded_header
         new += len(json.dumps(rows, separators=(",", ":"))) if rows else 0
         running = [list(attempt) for attempt in checkpoint.in_flight]
         new += len(json.dumps(running, separators=(",", ":"))) if running else 0
+        # And format 5's fingerprint of the code that made each new output.
+        info = checkpoint.step_info
+        new += sum(fingerprint_bytes(info.get(name)) for name in checkpoint.new_outputs)
         sizes.append((store.path.stat().st_size - before, new))
 
     result = chain(2000, size=1000).run_sync(checkpoint_fn=save, run_id="r")

@@ -21,10 +21,20 @@ from executionkit import (
     current_step,
 )
 from executionkit.stores import JsonLinesStore, StaleCheckpointError
+from executionkit.stores._lines_format import pack_info
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
+
+
+def fingerprint_bytes(info: Any) -> int:
+    """What format 5's code fingerprint adds to a line's packed step info (decision 0018)."""
+    if info is None or "code" not in info:
+        return 0
+    without = {key: value for key, value in info.items() if key != "code"}
+    packed = json.dumps(pack_info(info), separators=(",", ":"))
+    return len(packed) - len(json.dumps(pack_info(without), separators=(",", ":")))
 
 
 def chain(n: int, size: int = 20, *, fail_at: int | None = None) -> Workflow:
@@ -92,9 +102,11 @@ def test_the_lines_hold_only_new_outputs_in_the_documented_format(tmp_path: Path
     # The attempts running when a checkpoint was taken ("f", format 4), if any: b may
     # have started before the checkpoint of a was taken.
     running = [{"f": [list(a) for a in c.in_flight]} if c.in_flight else {} for c in kept]
+    # Format 5: the fingerprint of the code that made each output ("c" in its info).
+    code = {name: kept[-1].step_info[name]["code"] for name in ("a", "b")}
     assert first == {
         "s": 1,
-        "n": {"a": ["A", {"v": "v2", "d": []}]},
+        "n": {"a": ["A", {"v": "v2", "d": [], "c": code["a"]}]},
         "c": [5, 2, 1],
         "t": first["t"],
         "run": {"run_id": "r", "context_keys": ["doc"], "metadata": {"k": 1}, "keep": ["a"]},
@@ -103,7 +115,7 @@ def test_the_lines_hold_only_new_outputs_in_the_documented_format(tmp_path: Path
     }
     assert second == {
         "s": 2,
-        "n": {"b": [["B"], ["a"]]},
+        "n": {"b": [["B"], {"v": None, "d": ["a"], "c": code["b"]}]},
         "c": [5, 2, 1],
         "t": second["t"],
         **running[1],
@@ -433,7 +445,11 @@ def test_bytes_written_stay_close_to_the_output_bytes(tmp_path: Path) -> None:
         + len(json.dumps([list(attempt) for attempt in c.in_flight]))
         for c in kept
     )
-    assert written <= 1.1 * output_bytes + format_4
+    # Format 5's fingerprint of the code that made each output, written with it once.
+    format_5 = sum(
+        fingerprint_bytes(c.step_info.get(name)) for c in kept for name in c.new_outputs
+    )
+    assert written <= 1.1 * output_bytes + format_4 + format_5
     full_snapshots = tmp_path / "full.json"
     total = 0
 
