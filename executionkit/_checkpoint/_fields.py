@@ -283,15 +283,18 @@ def read_step_info(
         )
         raise CheckpointFormatError(msg, path="step_info")
     info: dict[str, Mapping[str, Any]] = {}
+    fingerprints = version >= 5  # noqa: PLR2004 - the format that added code
+    codes: set[str] = set()  # those checked: steps mostly share a few functions
     for name, entry in raw.items():
+        size = len(entry) if type(entry) is dict else 0
         if (
-            type(entry) is dict
-            and len(entry) == 2  # noqa: PLR2004 - the commonest: a plain step's two fields
+            # The commonest: a plain step's two fields, and format 5's fingerprint.
+            (size == 2 or (size == 3 and fingerprints and _known_code(entry.get("code"), codes)))  # noqa: PLR2004
             and "version" in entry
             and "depends_on" in entry
         ):
             kind = "step"
-            more: tuple[tuple[str, str], ...] = ()
+            more: tuple[tuple[str, str], ...] = () if size == 2 else (("code", entry["code"]),)  # noqa: PLR2004
             step_version = entry["version"]
             deps = entry["depends_on"]
         else:
@@ -310,12 +313,28 @@ def read_step_info(
             _STR_ONLY.issuperset(map(type, deps)) and all(deps)
         ):
             fail(f"step_info.{name}.depends_on", "a list of step names", deps)
-        entry_info = StepInfo(step_version, tuple(deps), None if kind == "step" else kind)
-        info[name] = entry_info.with_more(more) if more else entry_info
+        info[name] = StepInfo(step_version, tuple(deps), None if kind == "step" else kind, more)
     return MappingProxyType(info)
 
 
 _HEX = frozenset("0123456789abcdef")
+
+
+def _known_code(code: object, checked: set[str]) -> bool:
+    """`_is_code`, remembering the fingerprints ``checked`` already."""
+    if type(code) is str and code in checked:  # a list or dict would not hash
+        return True
+    if _is_code(code):
+        checked.add(code)  # type: ignore[arg-type]  # a str: _is_code says so
+        return True
+    return False
+
+
+def _is_code(code: object) -> bool:
+    """Whether ``code`` is a fingerprint as ``step_info.<step>.code`` holds one."""
+    return type(code) is str and 8 <= len(code) <= 64 and _HEX.issuperset(code)  # noqa: PLR2004
+
+
 ANSWERED_BY = ("deadline",)
 """What ``step_info.<step>.answered_by`` may say (format 5): who answered an ask step."""
 
@@ -329,7 +348,7 @@ def _read_later_info(
     if code is not None:
         path = f"step_info.{name}.code"
         needs_version(path, code, version, 5)
-        if type(code) is not str or not 8 <= len(code) <= 64 or not _HEX.issuperset(code):  # noqa: PLR2004
+        if not _is_code(code):
             fail(path, "a fingerprint (8 to 64 lowercase hex digits)", code)
         more.append(("code", code))
     answered_by = fields.pop("answered_by", None)

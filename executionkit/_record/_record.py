@@ -66,28 +66,6 @@ def reached(usage: TokenUsage, budget: TokenUsage | None) -> bool:
     )
 
 
-def described(
-    graph: Graph, resumed: WorkflowCheckpoint | None, stored: Mapping[str, Any]
-) -> dict[str, Mapping[str, Any]]:
-    """The ``step_info`` entries of restored outputs that say more than the workflow's own.
-
-    Format 5's ``code`` and ``answered_by`` describe the run that recorded an
-    output, so they stay with it across resumes.
-    """
-    if resumed is None or resumed.version < 5:  # noqa: PLR2004 - the format that added them
-        return {}
-    recorded = resumed.step_info
-    own = graph.step_info
-    kept: dict[str, Mapping[str, Any]] = {}
-    for name in stored:
-        entry = recorded.get(name)
-        if type(entry) is StepInfo and entry.more:
-            base = own.get(name)
-            if type(base) is not StepInfo or entry.more != base.more:
-                kept[name] = entry
-    return kept
-
-
 class Record:
     """The record of one run: what landed, what it cost, and the checkpoints of it."""
 
@@ -178,7 +156,7 @@ class Record:
         self.has_rooms = bool(graph.maps or graph.asks or graph.workflows or graph.waits)
         # Recorded outputs whose step_info says more than their workflow's entry: an
         # answer the deadline gave, the code that made an output in an earlier run.
-        self._described = described(graph, options.resume_from, state.stored)
+        self._described = state.described
         if options.answers or state.pending:
             self._answer(options.answers)
         # What checkpoints say of each step: the workflow's entries, but those.

@@ -43,6 +43,8 @@ class Restored:
     items: dict[str, tuple[dict[str, Any], dict[str, Any], TokenUsage]]
     # Ask step -> its pending question, as recorded.
     pending: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    # Kept outputs described by their recorded step_info entry, not the workflow's.
+    described: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     # Recorded steps whose code changed, their outputs kept (on_code_change="keep"):
     # step -> (recorded fingerprint, current fingerprint).
     code_changed: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -149,6 +151,7 @@ def restore(
         pending=pending,
         waits=fit.waits(),
         code_changed={n: pair for n, pair in code.changed.items() if n not in invalidated},
+        described={n: e for n, e in code.described.items() if n not in invalidated},
         children=children,
         outputs=_decoded(graph, stored),
         stored=stored,
@@ -245,6 +248,8 @@ def _invalidated(
         reason = _distrust(graph, checkpoint, name, have, rerun)
         if reason is None and code is not None and info is not None:
             reason = code.compare(name, info.get("code"), ours[name].get("code"))
+            if reason is None:
+                code.keep_entry(name, info, ours[name])
         if reason is not None:
             reasons[graph.index[name]] = reason
     # Everything downstream of an untrusted output was computed from it; each such
@@ -269,6 +274,15 @@ class CodeChanges:
         """Collect them under ``policy``: ``"keep"``, ``"rerun"`` or ``"refuse"``."""
         self.policy = policy
         self.changed: dict[str, tuple[str, str]] = {}  # step -> (recorded, current)
+        # Kept outputs whose entry says more than the workflow's own (the code that made
+        # them, who answered): they stay described by it (see `Record`).
+        self.described: dict[str, Mapping[str, Any]] = {}
+
+    def keep_entry(self, name: str, recorded: Mapping[str, Any], own: Mapping[str, Any]) -> None:
+        """Note ``recorded`` for a trusted output if it says more than ``own``, the workflow's."""
+        more = getattr(recorded, "more", ())
+        if more and more != getattr(own, "more", ()):
+            self.described[name] = recorded
 
     def compare(self, name: str, recorded: str | None, current: str | None) -> str | None:
         """Why step ``name`` is not trusted, under ``rerun``; None if kept (or unchanged).

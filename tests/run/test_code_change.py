@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from executionkit import (
+    CheckpointFormatError,
     CheckpointMismatchError,
     PatternResult,
     RunArgumentError,
@@ -227,3 +228,15 @@ def test_asks_waits_and_sub_workflows_have_no_fingerprint_of_their_own() -> None
     assert "code" not in info["pause"]
     assert "code" not in info["nested"]
     assert "code" in info["plain"]
+
+
+@pytest.mark.parametrize("bad", [[1], {"x": 1}, "XYZ12345", "abc", 12345678])
+def test_a_bad_fingerprint_in_a_checkpoint_is_named(bad: object) -> None:
+    saved: list[WorkflowCheckpoint] = []
+    Workflow([Step("a", lambda ctx: 1)]).run_sync(checkpoint_fn=saved.append)
+    data = saved[-1].to_dict()
+    data["step_info"]["a"]["code"] = bad
+    with pytest.raises(CheckpointFormatError) as caught:
+        WorkflowCheckpoint.from_dict(data)
+    assert caught.value.path == "step_info.a.code"
+    assert "must be a fingerprint (8 to 64 lowercase hex digits)" in str(caught.value)
