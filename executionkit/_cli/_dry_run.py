@@ -44,6 +44,7 @@ def dry_run(
             rerun=args.rerun or None,
             unknown_steps="discard" if args.discard_unknown_steps else "error",
             run_id=run_id,
+            on_code_change=args.on_code_change,
         )
     except RunArgumentError as exc:  # CheckpointMismatchError included
         raise CliError(in_cli_terms(str(exc), workflow)) from None
@@ -71,6 +72,13 @@ def plan_lines(plan: ResumePlan) -> list[str]:
         ("waiting for an answer", _names(plan.waiting)),
     )
     lines.extend(f"{label}: {text}" for label, text in parts if text)
+    if plan.code_changed:
+        changed = ", ".join(
+            f"{show(name)} (rerunning it: {usage.input_tokens} in + {usage.output_tokens} out, "
+            f"{usage.llm_calls} LLM call{'' if usage.llm_calls == 1 else 's'})"
+            for name, usage in plan.code_changed.items()
+        )
+        lines.append(f"code changed since recorded, kept: {changed}")
     for name, (recorded, left) in plan.items.items():
         if left is None:
             rest = "the items left are known once the step it maps over has run"

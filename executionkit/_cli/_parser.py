@@ -141,6 +141,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="run this recorded step again, and the steps that depend on it; repeat for more",
     )
     run.add_argument(
+        "--on-code-change",
+        choices=("keep", "rerun", "refuse"),
+        default="keep",
+        help=(
+            "what to do with recorded outputs whose step's code changed since: keep them "
+            "and say so (default), rerun them with what depends on them, or refuse to run"
+        ),
+    )
+    run.add_argument(
         "--discard-unknown-steps",
         action="store_true",
         help="resume although the checkpoint records steps the workflow does not have",

@@ -210,6 +210,7 @@ def _run(
             on_event=[events, *flags.listeners] if flags.listeners else events,
             rerun=args.rerun or None,
             unknown_steps="discard" if args.discard_unknown_steps else "error",
+            on_code_change=args.on_code_change,
             # Steps are expensive: each one is saved as it completes, not with its batch.
             checkpoint_every="step",
             **flags.options,

@@ -240,3 +240,33 @@ def test_a_bad_fingerprint_in_a_checkpoint_is_named(bad: object) -> None:
         WorkflowCheckpoint.from_dict(data)
     assert caught.value.path == "step_info.a.code"
     assert "must be a fingerprint (8 to 64 lowercase hex digits)" in str(caught.value)
+
+
+def test_the_command_line_lists_and_applies_the_policy(
+    tmp_path: Path, first_run: WorkflowCheckpoint, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from executionkit._cli import main  # noqa: PLC0415
+
+    (tmp_path / "run.json").write_text(json.dumps(first_run.to_dict()), encoding="utf-8")
+    deploy(tmp_path, "draft number two")
+    run = ("run", "edited_steps:workflow", "--checkpoint", str(tmp_path / "run.json"))
+
+    def call(*args: str) -> tuple[int, str, str]:
+        try:
+            code = main([*run, *args])
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    code, out, _ = call("--dry-run")
+    assert code == 0
+    assert (
+        "code changed since recorded, kept: draft (rerunning it: 900 in + 100 out, 1 LLM call)"
+        in out
+    )
+    code, out, _ = call("--dry-run", "--on-code-change", "rerun")
+    assert out.splitlines()[0] == "would run: draft, send"
+    code, _, err = call("--on-code-change", "refuse")
+    assert code == 2
+    assert "the code of 'draft'" in err
