@@ -279,11 +279,28 @@ def describe(
             name: {"due": due.isoformat(), "due_now": due <= moment}
             for name, due in waits_in(checkpoint).items()
         },
+        "code_changed": _code_changed(checkpoint, workflow),
         "outputs": {name: preview(outputs[name]) for name in names},
         "spending": _spending(checkpoint),
         "in_flight": [list(attempt) for attempt in checkpoint.in_flight],
         "in_flight_items": dict(checkpoint.in_flight_items),
         "lineage": lineage_dict(checkpoint.lineage),
+    }
+
+
+def _code_changed(
+    checkpoint: WorkflowCheckpoint, workflow: Workflow | None
+) -> dict[str, dict[str, str]] | None:
+    """The recorded steps whose code changed since (with the workflow; None without)."""
+    if workflow is None:
+        return None
+    from executionkit._define._code import changed_code  # noqa: PLC0415
+
+    own = workflow._graph.step_info  # noqa: SLF001 - the workflow's own description of its steps
+    recorded = {n: i for n, i in checkpoint.step_info.items() if n in checkpoint.outputs}
+    return {
+        name: {"recorded": old, "current": new}
+        for name, (old, new) in changed_code(own, recorded).items()
     }
 
 
@@ -353,6 +370,17 @@ def _unfinished_fields(summary: Mapping[str, Any]) -> list[tuple[str, list[str]]
         fields.append(("waiting", _waiting_lines(summary["waiting"])))
     if summary["timers"]:
         fields.append(("timers", _timer_lines(summary["timers"])))
+    if summary["code_changed"]:
+        changed = summary["code_changed"].items()
+        fields.append(
+            (
+                "code",
+                [
+                    f"{show(n)}: recorded by {c['recorded']}, now {c['current']}"
+                    for n, c in changed
+                ],
+            )
+        )
     return fields
 
 

@@ -20,9 +20,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import types
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["fingerprint"]
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = ["changed_code", "fingerprint"]
 
 _PRIMITIVES = (str, bytes, int, float, complex, bool, type(None), type(Ellipsis))
 _DEPTH = 4
@@ -35,6 +38,24 @@ def fingerprint(run: object) -> str | None:
     if not _feed(digest, run, _DEPTH):
         return None
     return digest.hexdigest()[:16]
+
+
+def changed_code(
+    step_info: Mapping[str, Mapping[str, Any]], recorded: Mapping[str, Mapping[str, Any]]
+) -> dict[str, tuple[str, str]]:
+    """The steps whose ``recorded`` fingerprint differs from their workflow's ``step_info``.
+
+    Step name to (recorded, current), in the order of ``recorded``; a step
+    either side lacks a fingerprint for is unknown, never changed.
+    """
+    changed: dict[str, tuple[str, str]] = {}
+    for name, entry in recorded.items():
+        own = step_info.get(name)
+        old = entry.get("code")
+        new = None if own is None else own.get("code")
+        if old is not None and new is not None and old != new:
+            changed[name] = (old, new)
+    return changed
 
 
 def _feed(digest: Any, run: object, depth: int) -> bool:

@@ -1109,6 +1109,7 @@ def test_inspect_json(cli: Callable[..., Outcome], tmp_path: Path) -> None:
         "items": {},
         "waiting": {},
         "timers": {},
+        "code_changed": {},
         "outputs": {"words": '["the", "cat", "sat"]', "count": "3"},
         "spending": {
             "spent": {"input_tokens": 0, "output_tokens": 0, "llm_calls": 0},

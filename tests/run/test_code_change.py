@@ -270,3 +270,21 @@ def test_the_command_line_lists_and_applies_the_policy(
     code, _, err = call("--on-code-change", "refuse")
     assert code == 2
     assert "the code of 'draft'" in err
+
+
+def test_inspect_with_the_workflow_lists_the_changed_steps(
+    tmp_path: Path, first_run: WorkflowCheckpoint, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from executionkit._cli import main  # noqa: PLC0415
+
+    (tmp_path / "run.json").write_text(json.dumps(first_run.to_dict()), encoding="utf-8")
+    module = deploy(tmp_path, "draft number two")
+    old, new = first_run.step_info["draft"]["code"], fingerprint(module.draft)
+    inspect = ("inspect", str(tmp_path / "run.json"), "--workflow", "edited_steps:workflow")
+    assert main([*inspect]) == 0
+    assert f"code        draft: recorded by {old}, now {new}\n" in capsys.readouterr().out
+    assert main([*inspect, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["code_changed"] == {"draft": {"recorded": old, "current": new}}
+    assert main(["inspect", str(tmp_path / "run.json"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["code_changed"] is None  # unknown without it
