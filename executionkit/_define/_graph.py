@@ -381,9 +381,10 @@ def kind_of(step: Step) -> str:
 
 def _info(step: Step) -> StepInfo:
     kind = kind_of(step)
-    more = code_of(step.run) if kind in {"step", "map"} and not is_workflow(step.run) else ()
-    if isinstance(step, WaitStep):
-        more = ()  # a wait's output is a time that passed, whatever computes it
+    # A function's output is made by its code; a wait's is a time that passed, whatever
+    # computes it; a sub-workflow's steps carry their own fingerprints.
+    fingerprinted = kind in {"step", "map"} and not isinstance(step, WaitStep)
+    more = code_of(step.run) if fingerprinted and not is_workflow(step.run) else ()
     return StepInfo(step.version, step.depends_on, None if kind == "step" else kind, more)
 
 

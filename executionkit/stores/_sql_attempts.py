@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from executionkit._checkpoint._times import read_attempts
 from executionkit.stores._common import next_attempts
-from executionkit.stores._sql_ledger import LogRows, log_statements
+from executionkit.stores._sql_ledger import LogRows, log_statements, log_table
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -35,21 +35,13 @@ FORGET_DROPPED_ATTEMPTS = _ATTEMPTS["forget"]
 
 def attempt_tables(bigint: str) -> tuple[str, ...]:
     """The CREATE statements of the attempts table (schema 5), with the dialect's integer type."""
-    return (
-        f"""CREATE TABLE IF NOT EXISTS executionkit_attempts (
-            run_id TEXT NOT NULL,
-            ord {bigint} NOT NULL,
-            added {bigint} NOT NULL,
-            dropped {bigint},
-            step TEXT NOT NULL,
+    columns = f"""step TEXT NOT NULL,
             item TEXT,
             attempt {bigint} NOT NULL,
             outcome TEXT NOT NULL,
             started {bigint} NOT NULL,
-            ended {bigint} NOT NULL,
-            PRIMARY KEY (run_id, ord)
-        )""",
-    )
+            ended {bigint} NOT NULL"""
+    return (log_table("executionkit_attempts", bigint, columns),)
 
 
 class AttemptRows(LogRows):

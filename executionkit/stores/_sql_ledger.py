@@ -29,6 +29,22 @@ if TYPE_CHECKING:
     from executionkit.stores._sql_schema import Database
 
 
+def log_table(table: str, bigint: str, columns: str) -> str:
+    """The CREATE statement of a log table: a run's entries in order, then ``columns``.
+
+    Each row is added by one save (``added``, a seq) and dropped by a later one
+    (``dropped``) when a checkpoint no longer holds it; `LogRows` keeps them.
+    """
+    return f"""CREATE TABLE IF NOT EXISTS {table} (
+            run_id TEXT NOT NULL,
+            ord {bigint} NOT NULL,
+            added {bigint} NOT NULL,
+            dropped {bigint},
+            {columns},
+            PRIMARY KEY (run_id, ord)
+        )"""
+
+
 def log_statements(table: str, values: str) -> dict[str, str]:
     """The statements `LogRows` runs on ``table``, whose entry columns are ``values``."""
     marks = ", ".join("?" for _ in values.split(","))
@@ -58,23 +74,15 @@ FORGET_DROPPED_LEDGER = _LEDGER["forget"]
 
 def ledger_tables(bigint: str) -> tuple[str, ...]:
     """The CREATE statements of the ledger table (schema 3), with the dialect's integer type."""
-    return (
-        f"""CREATE TABLE IF NOT EXISTS executionkit_ledger (
-            run_id TEXT NOT NULL,
-            ord {bigint} NOT NULL,
-            added {bigint} NOT NULL,
-            dropped {bigint},
-            step TEXT NOT NULL,
+    columns = f"""step TEXT NOT NULL,
             item TEXT,
             attempt {bigint} NOT NULL,
             outcome TEXT NOT NULL,
             model TEXT,
             input_tokens {bigint} NOT NULL,
             output_tokens {bigint} NOT NULL,
-            llm_calls {bigint} NOT NULL,
-            PRIMARY KEY (run_id, ord)
-        )""",
-    )
+            llm_calls {bigint} NOT NULL"""
+    return (log_table("executionkit_ledger", bigint, columns),)
 
 
 class LogRows(ABC):
