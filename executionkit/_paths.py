@@ -40,6 +40,13 @@ def split_path(path: str) -> list[str]:
     return [_ESCAPES.sub(unescaped, segment) for segment in path.split("/")]
 
 
+def new_run_id() -> str:
+    """A fresh run's id: 32 random hex digits (a run, a fork, a submitted run)."""
+    import os  # noqa: PLC0415 - tiny, and only new runs need it
+
+    return os.urandom(16).hex()
+
+
 def child_run_id(parent: str, step: str, key: str | None) -> str:
     """The run_id of a child: the parent's, ``/``, then the step name and item key.
 

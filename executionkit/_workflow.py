@@ -324,6 +324,56 @@ class Workflow:
         """
         return plan_resume(self._graph, locals())
 
+    def submit(
+        self,
+        store: object,
+        inputs: Mapping[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Hand a run that has not started to ``store``, for a worker to run; return its run_id.
+
+        Nothing runs here: ``executionkit worker`` (or any process that runs the
+        store's submitted runs) starts it, and passes ``inputs`` as the
+        ``initial_context`` of the run and of every resume of it. The inputs
+        are checked as `run` checks ``initial_context`` and stored, as plain
+        JSON data, in the store's inbox (`RunInbox`), where anyone who can
+        read the store can read them: **put secrets in the environment, not in
+        inputs.** A run started any other way stores no inputs.
+
+        Args:
+            store: A store with an ``inbox`` (`SQLiteStore`, `PostgresStore`,
+                or, for one run, `JsonFileStore` or `JsonLinesStore`).
+            inputs: The run's ``initial_context``, plain JSON data.
+            run_id: The run's id; a new random one if None.
+            metadata: The ``metadata`` its checkpoints carry, plain JSON data.
+
+        Returns:
+            The run's id.
+
+        Raises:
+            RunArgumentError: For inputs `run` would refuse (a declared input
+                missing, a key that is a step's name), or a bad ``run_id``.
+            TypeError: If ``store`` has no inbox.
+            ValueError: If the store holds the run already (submitted or started).
+            CheckpointValueError: If ``inputs`` or ``metadata`` is not plain JSON
+                data; the message names the key.
+        """
+        from executionkit._define._options import checked_submission  # noqa: PLC0415
+
+        context, chosen, extra = checked_submission(self._graph, inputs, run_id, metadata)
+        inbox = getattr(store, "inbox", None)
+        if not callable(getattr(inbox, "submit", None)):
+            msg = (
+                f"submit needs a store with an inbox (SQLiteStore, PostgresStore, "
+                f"JsonFileStore, JsonLinesStore), got {type(store).__name__}"
+            )
+            raise TypeError(msg)
+        steps = self._graph.names
+        inbox.submit(chosen, context, extra, steps=steps)  # type: ignore[union-attr]
+        return chosen
+
     def fork(
         self,
         checkpoint: WorkflowCheckpoint,

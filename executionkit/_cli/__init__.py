@@ -61,6 +61,24 @@ __all__ = [
 ]
 
 
+def _submit(args: argparse.Namespace) -> int:
+    from executionkit._cli._inbox import submit_command  # noqa: PLC0415 - keep CLI start-up light
+
+    return submit_command(args)
+
+
+def _answer(args: argparse.Namespace) -> int:
+    from executionkit._cli._inbox import answer_command  # noqa: PLC0415 - keep CLI start-up light
+
+    return answer_command(args)
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from executionkit._cli._worker import worker_command  # noqa: PLC0415 - keep CLI start-up light
+
+    return worker_command(args)
+
+
 def _serve(args: argparse.Namespace) -> int:
     from executionkit._cli._serve import serve_command  # noqa: PLC0415 - keep CLI start-up light
 
@@ -73,6 +91,9 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "graph": graph_command,
     "fork": fork_command,
     "serve": _serve,
+    "submit": _submit,
+    "answer": _answer,
+    "worker": _worker,
 }
 
 

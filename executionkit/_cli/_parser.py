@@ -244,6 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="mermaid (renders on GitHub; the default) or dot (Graphviz)",
     )
     _add_serve(commands)
+    add_inbox_commands(commands)
     return parser
 
 
@@ -356,3 +357,144 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--port", type=int, default=8765, help="the port (default 8765; 0 picks a free one)"
     )
     add_run_options(serve)
+
+
+_WORKER_EPILOG = """\
+A worker carries on, each under its claim, every run of LOCATION that can go on
+and nobody runs: runs submitted with 'executionkit submit' (or Workflow.submit),
+runs whose process died, runs whose timer is due, runs with an answer saved
+('executionkit answer', the page) or a question past its deadline. Start as many
+workers on one database as you like: claims keep each run to one of them, and a
+worker killed even with kill -9 loses nothing (another takes the run on).
+
+A JSON or JSON Lines file holds one run: a worker on it watches that run. A run
+it cannot resume (inputs needed and not stored, a checkpoint this workflow
+refuses, a saved answer its check refuses, a spent budget) is left alone, with
+the reason shown by 'executionkit inspect' and the page.
+
+Ctrl-C stops it (exit 130), SIGTERM too (exit 143): every run it carries saves
+what completed first.
+"""
+
+_INBOX_EXIT_CODES = """\
+exit codes:
+  0    done: nothing ran; a worker carries the run on
+  2    usage error or bad input (a missing file, a wrong MODULE:ATTR, a run that
+       exists already, a question that is not waiting, an answer its check refuses)
+"""
+
+
+def add_inbox_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``submit``, ``answer`` and ``worker``: runs that go on with nobody watching."""
+    submit = commands.add_parser(
+        "submit",
+        help="store a run for a worker to start (its inputs are stored)",
+        description=(
+            "Import MODULE:ATTR and store a run of it that has not started, with its\n"
+            "inputs, for 'executionkit worker' to run. Prints the run id. The inputs are\n"
+            "stored as plain JSON where anyone who reads the store can read them: put\n"
+            "secrets in the environment, not in inputs."
+        ),
+        epilog=_INBOX_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    submit.add_argument("workflow", metavar="MODULE:ATTR", help="the workflow of the run")
+    submit.add_argument(
+        "--checkpoint",
+        metavar="LOCATION",
+        required=True,
+        help="a database (sqlite:///runs.db, postgresql://...) or a checkpoint file",
+    )
+    submit.add_argument(
+        "--input",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="an initial-context value (a string); repeat for more",
+    )
+    submit.add_argument(
+        "--inputs-json", metavar="FILE", help="a JSON object of initial-context values"
+    )
+    submit.add_argument(
+        "--metadata-json", metavar="FILE", help="a JSON object the run's checkpoints carry"
+    )
+    submit.add_argument(
+        "--run-id", metavar="ID", help="the run's id (a new random one if not given)"
+    )
+
+    answer = commands.add_parser(
+        "answer",
+        help="save an answer to a question a run waits for (a worker resumes it)",
+        description=(
+            "Save answers to the questions run RUN of LOCATION waits for, without\n"
+            "running anything: 'executionkit worker' resumes the run with them. Each\n"
+            "NAME must be a question waiting in the run's latest checkpoint; with\n"
+            "--workflow, the ask steps' checks are run on the answers first."
+        ),
+        epilog=_INBOX_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    answer.add_argument(
+        "location",
+        metavar="LOCATION",
+        help="a database (sqlite:///runs.db, postgresql://...) or a checkpoint file",
+    )
+    answer.add_argument("--run", metavar="RUN", help="the run (a database holds many)")
+    answer.add_argument(
+        "--answer",
+        metavar="NAME=VALUE",
+        action="append",
+        default=[],
+        help="the answer to question NAME (VALUE: JSON, else a string); repeat",
+    )
+    answer.add_argument(
+        "--answers-json", metavar="FILE", help="a JSON object of question names to answers"
+    )
+    answer.add_argument(
+        "--workflow",
+        metavar="MODULE:ATTR",
+        help="check the answers with the ask steps of this workflow before saving them",
+    )
+
+    worker = commands.add_parser(
+        "worker",
+        help="carry the runs of a location on, for ever (submitted, crashed, due, answered)",
+        description=(
+            "Import MODULE:ATTR and carry on every run of LOCATION that can go on, each\n"
+            "under its claim, until stopped. Logs one line per run started or ended."
+        ),
+        epilog=_WORKER_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    worker.add_argument(
+        "location",
+        metavar="LOCATION",
+        help="a database (sqlite:///runs.db, postgresql://...) or a checkpoint file",
+    )
+    worker.add_argument(
+        "--workflow", metavar="MODULE:ATTR", required=True, help="the runs' workflow"
+    )
+    worker.add_argument(
+        "--concurrency",
+        type=int,
+        default=4,
+        metavar="N",
+        help="how many runs this worker carries at once (default 4)",
+    )
+    worker.add_argument(
+        "--poll",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="how often it looks for runs that can go on (default 2)",
+    )
+    worker.add_argument(
+        "--on-code-change",
+        choices=("keep", "rerun", "refuse"),
+        default="keep",
+        help=(
+            "recorded outputs whose step's code changed since: keep them (default), rerun "
+            "them, or refuse (the run is left alone, with the steps named)"
+        ),
+    )
+    add_run_options(worker)

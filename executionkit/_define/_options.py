@@ -246,6 +246,29 @@ def _checked_seconds(name: str, value: object) -> float:
     return float(value)  # type: ignore[arg-type]
 
 
+def checked_submission(
+    graph: Graph, inputs: object, run_id: object, metadata: object
+) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    """The inputs, run id and metadata of `Workflow.submit`, checked as `run` checks them.
+
+    Raises `RunArgumentError` naming the argument; a new random run id when
+    ``run_id`` is None.
+    """
+    from executionkit._paths import new_run_id  # noqa: PLC0415 - only submissions need it
+
+    context = _checked_context(graph, inputs)
+    if graph.context_maps or graph.nested:
+        _check_what_steps_read(graph, context, None)
+    if run_id is not None and (not isinstance(run_id, str) or not run_id):
+        msg = f"run_id must be a non-empty str or None, got {type(run_id).__name__} {run_id!r}"
+        raise RunArgumentError(msg)
+    return (
+        context,
+        new_run_id() if run_id is None else run_id,
+        {} if metadata is None else str_keyed(metadata, "metadata"),
+    )
+
+
 def _checked_context(graph: Graph, initial_context: object) -> dict[str, Any]:
     if initial_context is None and not graph.inputs:
         return {}  # nothing is missing, and nothing can collide

@@ -21,7 +21,7 @@ from executionkit._checkpoint._output_log import OutputLog
 from executionkit._checkpoint._step_info import Overlaid, StepInfo
 from executionkit._checkpoint._value import SharedFields, WorkflowCheckpoint
 from executionkit._define._waits import due_of, nested_waits
-from executionkit._paths import join_path
+from executionkit._paths import join_path, new_run_id
 from executionkit._plain import plain_copy
 from executionkit._record._children import Children
 from executionkit._record._in_flight import InFlight
@@ -116,7 +116,7 @@ class Record:
         # Recorded steps whose code changed, kept (on_code_change="keep"): old and new code.
         self.code_changed = state.code_changed
         self.discarded = state.discarded
-        self.run_id = state.run_id if state.run_id is not None else _new_run_id()
+        self.run_id = state.run_id if state.run_id is not None else new_run_id()
         outputs = self.outputs
         self.restored = tuple(name for name in graph.names if name in outputs) if outputs else ()
         # Failures of this run, by position; they stay in every later checkpoint's `errors`.
@@ -532,9 +532,3 @@ class Record:
     def unsaved(self) -> bool:
         """Whether anything changed since the last checkpoint handed over."""
         return self.changes != self.saved
-
-
-def _new_run_id() -> str:
-    import os  # noqa: PLC0415 - tiny, and only fresh runs need it
-
-    return os.urandom(16).hex()

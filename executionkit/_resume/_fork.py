@@ -22,7 +22,7 @@ from executionkit._checkpoint._value import WorkflowCheckpoint
 from executionkit._define._graph import graph_of
 from executionkit._define._step_kinds import AskStep, MapStep
 from executionkit._errors import RunArgumentError, did_you_mean
-from executionkit._paths import child_run_id, join_path, split_path
+from executionkit._paths import child_run_id, join_path, new_run_id, split_path
 from executionkit._plain import plain_copy
 from executionkit._resume._restore import _invalidated
 from executionkit._types import TokenUsage
@@ -64,7 +64,7 @@ def fork(
     if checkpoint.run_id is None:
         msg = "fork() needs a checkpoint with a run_id (format 1 or newer) to record its parent"
         raise RunArgumentError(msg)
-    new_id = run_id if run_id is not None else _new_run_id()
+    new_id = run_id if run_id is not None else new_run_id()
     if new_id == checkpoint.run_id:
         msg = f"run_id {new_id!r} is the parent's: a fork is a new run and needs its own"
         raise RunArgumentError(msg)
@@ -399,9 +399,3 @@ def _replace(checkpoint: WorkflowCheckpoint, **changes: Any) -> WorkflowCheckpoi
     from dataclasses import replace  # noqa: PLC0415 - only forks pay for the import
 
     return replace(checkpoint, **changes)
-
-
-def _new_run_id() -> str:
-    import uuid  # noqa: PLC0415 - only forks without a run_id pay for the import
-
-    return uuid.uuid4().hex

@@ -47,6 +47,11 @@ kept. The SQL stores keep every checkpoint with ``history=True``, only the
 latest without; a JSON Lines file keeps those of its current run until
 ``compact()``.
 
+Runs that go on with nobody watching: every store here has an ``inbox``
+(`RunInbox`) holding what ``executionkit worker`` acts on besides checkpoints:
+runs submitted to start (`Workflow.submit`, with their inputs), answers saved
+for waiting questions, and the runs a worker left alone, with the reason.
+
 Each of them passes `executionkit.conformance.check_store`.
 """
 
@@ -55,6 +60,7 @@ from __future__ import annotations
 from executionkit._errors import ClaimLostError, RunClaimedError, StaleCheckpointError
 from executionkit._owner import RunOwner
 from executionkit.stores._history import CheckpointInfo, CheckpointNotKeptError
+from executionkit.stores._inbox import RunInbox, Submission
 from executionkit.stores._json_file import JsonFileStore
 from executionkit.stores._json_lines import JsonLinesStore
 from executionkit.stores._sqlite import SQLiteStore
@@ -71,9 +77,11 @@ __all__ = [
     "JsonLinesStore",
     "PostgresStore",
     "RunClaimedError",
+    "RunInbox",
     "RunOwner",
     "SQLiteStore",
     "StaleCheckpointError",
+    "Submission",
 ]
 
 

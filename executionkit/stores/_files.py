@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from executionkit._errors import CheckpointFormatError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from pathlib import Path
 
 FileId = tuple[int, int, int, int]
 """Device, inode, size and modification time: a file as this process last saw it."""
@@ -105,3 +107,26 @@ def fsync_folder(folder: Path) -> None:
             raise
     finally:
         os.close(fd)
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically: a temporary file, fsynced, renamed over it.
+
+    A reader sees the old file or the new one, never a torn mix; a failure
+    removes the temporary file and leaves ``path`` as it was. The folder is
+    fsynced after the rename (where the OS allows).
+    """
+    folder = path.parent
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        try:
+            write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        Path(temporary).replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            Path(temporary).unlink()
+        raise
+    fsync_folder(folder)

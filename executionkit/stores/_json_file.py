@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,9 +10,13 @@ from typing import TYPE_CHECKING
 from executionkit._errors import CheckpointFormatError
 from executionkit.stores._claims import claimed, lock_owner
 from executionkit.stores._common import encode, loads, rebuilt, same_json, stale
-from executionkit.stores._files import FileId, fsync_folder, path_id, read_bytes, write_all
+from executionkit.stores._files import FileId, path_id, read_bytes, replace_file
+from executionkit.stores._inbox import FileRows, RunInbox
 
 if TYPE_CHECKING:
+    import contextlib
+    import os
+
     from executionkit._checkpoint._value import WorkflowCheckpoint
     from executionkit._owner import RunOwner
 
@@ -67,6 +68,11 @@ class JsonFileStore:
         self._lock = threading.Lock()
         # (file identity, run_id, seq) of the file as this store last wrote or read it.
         self._known: tuple[FileId, str | None, int] | None = None
+        self.inbox = RunInbox(
+            repr(self), FileRows(self.path), lambda _run_id: self.load() is not None, one_run=True
+        )
+        """What the file's run was submitted with and the answers saved for it (`RunInbox`),
+        kept in ``<path>.inbox``."""
 
     def __repr__(self) -> str:
         """Show the path."""
@@ -93,7 +99,7 @@ class JsonFileStore:
                     if current is not None and same_json(self._text(current[0]), data):
                         return  # the same checkpoint again: nothing to do
                 raise stale(repr(self), checkpoint, held[1])
-            self._replace(data)
+            replace_file(self.path, data)
             file_id = path_id(self.path)
             self._known = None if file_id is None else (file_id, checkpoint.run_id, checkpoint.seq)
 
@@ -187,19 +193,3 @@ class JsonFileStore:
         except ValueError as exc:
             raise CheckpointFormatError(f"{where}: unreadable JSON ({exc})") from None
         return rebuilt(parsed, str(self.path), where)
-
-    def _replace(self, data: bytes) -> None:
-        folder = self.path.parent
-        fd, temporary = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=folder)
-        try:
-            try:
-                write_all(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            Path(temporary).replace(self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                Path(temporary).unlink()
-            raise
-        fsync_folder(folder)

@@ -38,6 +38,7 @@ from executionkit.stores._files import (
     write_all,
 )
 from executionkit.stores._history import CheckpointInfo, CheckpointNotKeptError, check_seq
+from executionkit.stores._inbox import FileRows, RunInbox
 from executionkit.stores._lines_format import (
     COST,
     LineHistory,
@@ -169,6 +170,9 @@ class JsonLinesStore:
         self.path = Path(path)
         self._claim_lock = self.path.with_name(f"{self.path.name}.claim")
         self._lock = threading.Lock()
+        self.inbox = RunInbox(repr(self), FileRows(self.path), self._holds_any, one_run=True)
+        """What the file's run was submitted with and the answers saved for it (`RunInbox`),
+        kept in ``<path>.inbox``."""
         self._state: _LinesState | None = None
         self._open: _OpenFile | None = None  # the descriptor kept open between saves
 
@@ -357,6 +361,10 @@ class JsonLinesStore:
         makes a claim fail.
         """
         return lock_owner(self._claim_lock)
+
+    def _holds_any(self, _run_id: str) -> bool:
+        with self._lock:
+            return self._current().latest is not None
 
     def _seq_of(self, run_id: str) -> int | None:
         with self._lock:

@@ -11,13 +11,16 @@ from urllib.parse import urlsplit, urlunsplit
 
 from executionkit.stores import _pg_claims, _pg_next
 from executionkit.stores._history import check_seq
+from executionkit.stores._inbox import RunInbox, SqlRows
 from executionkit.stores._sql import SqlCheckpoints
 from executionkit.stores._sql_next import finish
 from executionkit.stores._sql_schema import (
+    INBOX_TABLE,
     LIMITS_LOCK,
     LIMITS_ROW,
     LIMITS_TABLE,
     LIMITS_UPDATE,
+    RUN,
     Dialect,
     tables,
     upgrade,
@@ -153,6 +156,11 @@ class PostgresStore:
         self._ready = False  # tables created (or found) by this store object
         self._limits_ready = False  # the table of shared limits, likewise
         self._claims = _pg_claims.RunClaims(self._lock)
+        self._inbox_ready = False  # the inbox's table, likewise
+        self.inbox = RunInbox(
+            repr(self), SqlRows(self._inbox_write, self._inbox_read), self._holds, one_run=False
+        )
+        """What this database holds for runs workers carry on (`RunInbox`)."""
 
     def __repr__(self) -> str:
         """Show the database, without a password."""
@@ -289,9 +297,16 @@ class PostgresStore:
     def delete(self, run_id: str) -> bool:
         """Delete every checkpoint of ``run_id``; return whether it had any.
 
-        As `SQLiteStore.delete`: the run's stale-writer fence goes with it.
+        As `SQLiteStore.delete`: the run's stale-writer fence and its `inbox`
+        entries go with it.
         """
-        return bool(self._run(lambda db: self._sql.delete(db, run_id), write=True))
+
+        def delete(db: _Adapter) -> bool:
+            if db.execute("SELECT to_regclass('executionkit_inbox')").fetchone()[0] is not None:
+                db.execute("DELETE FROM executionkit_inbox WHERE run_id = ?", (run_id,))
+            return self._sql.delete(db, run_id)
+
+        return bool(self._run(delete, write=True))
 
     @contextlib.contextmanager
     def claim(self, run_id: str) -> Iterator[int | None]:
@@ -342,6 +357,29 @@ class PostgresStore:
             result = work(_Adapter(connection))
         self._limits_ready = True
         return result
+
+    def _holds(self, run_id: str) -> bool:
+        return bool(self._run(lambda db: db.execute(RUN, (run_id,)).fetchone(), write=False))
+
+    def _inbox_write(self, work: Callable[[Any], _T]) -> _T:
+        def write(db: _Adapter) -> _T:
+            if not self._inbox_ready:
+                db.execute(_DIALECT.lock_schema)  # concurrent CREATE ... IF NOT EXISTS collide
+                db.execute(INBOX_TABLE)
+            return work(db)
+
+        result: _T = self._run(write, write="save")
+        self._inbox_ready = True
+        return result
+
+    def _inbox_read(self, work: Callable[[Any], _T]) -> _T | None:
+        def read(db: _Adapter) -> _T | None:
+            if db.execute("SELECT to_regclass('executionkit_inbox')").fetchone()[0] is None:
+                return None
+            return work(db)
+
+        found: _T | None = self._run(read, write=False)
+        return found
 
     def owner(self, run_id: str) -> RunOwner | None:
         """The process that owns ``run_id`` now, or None if no live session claims it."""

@@ -169,3 +169,25 @@ LIMITS_ROW = """INSERT INTO executionkit_limits (key, state) VALUES (?, 'null')
     ON CONFLICT (key) DO NOTHING"""
 LIMITS_LOCK = "SELECT state FROM executionkit_limits WHERE key = ? FOR UPDATE"
 LIMITS_UPDATE = "UPDATE executionkit_limits SET state = ? WHERE key = ?"
+
+# The run inbox (`RunInbox`): a row per (run, kind, name), created on first use, outside the
+# schema version (only workers and the commands that feed them read it).
+INBOX_TABLE = """CREATE TABLE IF NOT EXISTS executionkit_inbox (
+    run_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    value TEXT NOT NULL,
+    at TEXT NOT NULL,
+    PRIMARY KEY (run_id, kind, name)
+)"""
+INBOX_ADD = """INSERT INTO executionkit_inbox (run_id, kind, name, value, at)
+    VALUES (?, ?, ?, ?, ?)
+    ON CONFLICT (run_id, kind, name) DO NOTHING RETURNING run_id"""
+INBOX_SET = """INSERT INTO executionkit_inbox (run_id, kind, name, value, at)
+    VALUES (?, ?, ?, ?, ?)
+    ON CONFLICT (run_id, kind, name) DO UPDATE SET value = excluded.value, at = excluded.at
+    RETURNING run_id"""
+INBOX_ROWS = """SELECT run_id, name, value, at FROM executionkit_inbox WHERE kind = ?
+    ORDER BY at, run_id, name"""
+INBOX_RUN_ROWS = """SELECT run_id, name, value, at FROM executionkit_inbox
+    WHERE kind = ? AND run_id = ? ORDER BY at, name"""

@@ -13,9 +13,11 @@ from executionkit._errors import CheckpointFormatError
 from executionkit.stores._claims import claimed, lock_owner, run_lock_name
 from executionkit.stores._files import check_regular
 from executionkit.stores._history import check_seq
+from executionkit.stores._inbox import RunInbox, SqlRows
 from executionkit.stores._sql import SqlCheckpoints
 from executionkit.stores._sql_next import write_next
 from executionkit.stores._sql_schema import (
+    INBOX_TABLE,
     LIMITS_READ,
     LIMITS_TABLE,
     LIMITS_WRITE,
@@ -224,6 +226,10 @@ class SQLiteStore:
         self._opened_by: dict[int, int] = {}  # id(connection) -> the pid that opened it
         self._wal: set[int] = set()  # id(connection) of those that found the database in WAL
         self._generation = 0
+        self.inbox = RunInbox(
+            repr(self), SqlRows(self._inbox_write, self._inbox_read), self._holds, one_run=False
+        )
+        """What this database holds for runs workers carry on (`RunInbox`)."""
 
     def __repr__(self) -> str:
         """Show the path."""
@@ -416,10 +422,15 @@ class SQLiteStore:
         """Delete every checkpoint of ``run_id``; return whether it had any.
 
         The run's stale-writer fence goes with it: a worker still running it
-        would start storing it afresh, so delete only runs no one runs.
+        would start storing it afresh, so delete only runs no one runs. Its
+        `inbox` entries (a submission's inputs, saved answers) go too.
         """
         with self._writing() as connection:
-            return False if connection is None else self._sql.delete(connection, run_id)
+            if connection is None:
+                return False
+            if _has_table(connection, "executionkit_inbox"):
+                connection.execute("DELETE FROM executionkit_inbox WHERE run_id = ?", (run_id,))
+            return self._sql.delete(connection, run_id)
 
     def claim(self, run_id: str) -> contextlib.AbstractContextManager[int | None]:
         """Claim ``run_id``, until the context manager is left.
@@ -458,6 +469,26 @@ class SQLiteStore:
                 return None
             run_id = runs[0]
         return lock_owner(self._claims / run_lock_name(run_id))
+
+    def _holds(self, run_id: str) -> bool:
+        seq = self._seq_of(run_id)
+        return seq is not None and seq >= 0
+
+    def _inbox_write(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        with self._connect() as connection:
+            if id(connection) not in self._wal:
+                self._use_wal(connection)
+            connection.execute("BEGIN IMMEDIATE")
+            with connection:  # commits, or rolls back if anything raises
+                self._create(connection)
+                connection.execute(INBOX_TABLE)
+                return work(connection)
+
+    def _inbox_read(self, work: Callable[[sqlite3.Connection], _T]) -> _T | None:
+        with self._reading() as connection:
+            if connection is None or not _has_table(connection, "executionkit_inbox"):
+                return None
+            return work(connection)
 
     def _seq_of(self, run_id: str) -> int | None:
         with self._reading() as connection:
