@@ -83,15 +83,20 @@ class Worker:
     _running: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     _ended: set[str] = field(default_factory=set)  # finished or failed: never looked at again
     _retried: set[str] = field(default_factory=set)  # left alone, and tried once by this worker
+    _seen: dict[str, int | None] = field(default_factory=dict)  # each run's seq at the last look
+    _views: dict[str, tuple[int, WorkflowCheckpoint]] = field(default_factory=dict)
     _wake: asyncio.Event | None = None
     _names: frozenset[str] = frozenset()
     _reader: Any = None
 
+    def __post_init__(self) -> None:
+        """Open the store it looks at the location through."""
+        self._names = frozenset(step.name for step in self.workflow.steps)
+        self._reader = self._open()
+
     async def serve(self) -> None:
         """Carry runs on until cancelled; then every run it carries saves what completed."""
         self._wake = asyncio.Event()
-        self._names = frozenset(step.name for step in self.workflow.steps)
-        self._reader = self._open()
         try:
             while True:
                 await self.step()
@@ -99,7 +104,23 @@ class Worker:
                     await asyncio.wait_for(self._wake.wait(), self.poll)
                 self._wake.clear()
         finally:
-            await self._stop()
+            await self.stop()
+
+    async def settle(self) -> None:
+        """Wait until every run it carries now has returned or raised."""
+        while self._running:
+            await asyncio.wait(list(self._running.values()))
+
+    async def stop(self) -> None:
+        """Cancel the runs it carries, wait for each to save what completed, close the store."""
+        try:
+            tasks = list(self._running.values())
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        finally:
             _close(self._reader)
 
     async def step(self) -> list[str]:
@@ -114,62 +135,68 @@ class Worker:
             )
         return [job.run_id for job in jobs]
 
-    async def _stop(self) -> None:
-        tasks = list(self._running.values())
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
     # --- what can go on --------------------------------------------------------------------
 
     def _scan(self, free: int) -> list[Job]:
-        """Up to ``free`` runs that can go on now, the oldest submissions first."""
+        """Up to ``free`` runs that can go on now, the oldest submissions first.
+
+        One look reads the runs' latest seqs, the submissions, the answers saved
+        and the runs left alone (a query each in a database), and loads only the
+        checkpoints that changed since the last look. A run whose seq moved since
+        then is being run: it is looked at again next time.
+        """
         inbox: RunInbox = self._reader.inbox
         submitted = {s.run_id: s for s in inbox.submissions()}
         left = inbox.left_alone()
+        answers = inbox.all_answers()
         jobs: list[Job] = []
-        for run_id in self._run_ids(submitted):
+        for run_id, seq in self._seqs(submitted).items():
             if len(jobs) >= free:
                 break
             if run_id in self._running or run_id in self._ended:
                 continue
             if run_id in left and run_id in self._retried:
                 continue
-            job = self._job(run_id, submitted.get(run_id), inbox)
-            if job is not None:
+            moved = self._seen.get(run_id, seq) != seq
+            self._seen[run_id] = seq
+            if moved:
+                continue
+            job = self._job(run_id, seq, submitted.get(run_id), answers.get(run_id, {}), inbox)
+            if job is not None and self._owner(run_id) is None:
                 jobs.append(job)
         return jobs
 
-    def _run_ids(self, submitted: dict[str, Any]) -> list[str]:
+    def _seqs(self, submitted: dict[str, Any]) -> dict[str, int | None]:
+        """The runs to look at and their latest seqs (None: submitted, not started)."""
         if isinstance(self.location, FileLocation):
             checkpoint = self.location.load(missing_ok=True)
-            held = [] if checkpoint is None else [checkpoint.run_id or ""]
-            return held or list(submitted)[:1]
-        if self.location.run_id is not None:
-            return [self.location.run_id]
-        stored = self._reader.run_ids()
-        known = set(stored)
-        return [*(run_id for run_id in submitted if run_id not in known), *reversed(stored)]
+            if checkpoint is None:
+                return dict.fromkeys(list(submitted)[:1])
+            self._views[checkpoint.run_id or ""] = (checkpoint.seq, checkpoint)
+            return {checkpoint.run_id or "": checkpoint.seq}
+        seqs: dict[str, int] = self._reader.run_seqs()
+        found: dict[str, int | None] = {run_id: None for run_id in submitted if run_id not in seqs}
+        found.update(reversed(seqs.items()))  # the least recently saved first
+        only = self.location.run_id
+        return found if only is None else {only: found[only]} if only in found else {}
 
     def _job(  # noqa: PLR0911 - one return per reason a run cannot go on
-        self, run_id: str, submission: Any, inbox: RunInbox
+        self,
+        run_id: str,
+        seq: int | None,
+        submission: Any,
+        saved: dict[str, Any],
+        inbox: RunInbox,
     ) -> Job | None:
         """The job of ``run_id`` if it can go on now; None if not (noting runs that ended)."""
-        if self._owner(run_id) is not None:
-            return None
-        checkpoint = self._load(run_id)
+        checkpoint = self._checkpoint(run_id, seq)
         inputs = {} if submission is None else dict(submission.inputs)
         if checkpoint is None:
             if submission is None or not self._mine(submission.steps):
                 return None
             return Job(run_id, None, inputs, dict(submission.metadata), {}, "submitted")
-        if not self._mine(checkpoint.step_info):
-            self._ended.add(run_id)  # another workflow's run
-            return None
-        if checkpoint.errors:
-            self._ended.add(run_id)
+        if not self._mine(checkpoint.step_info) or checkpoint.errors:
+            self._ended.add(run_id)  # another workflow's run, or a failed one
             return None
         if submission is None and checkpoint.context_keys:
             self._leave_alone(
@@ -183,7 +210,7 @@ class Worker:
         pending = waiting_in(checkpoint)
         waits = waits_in(checkpoint)
         if pending or waits:
-            why, answers = self._ready(run_id, pending, waits, inbox)
+            why, answers = self._ready(run_id, pending, waits, saved, inbox)
             if why is None:
                 return None
             return Job(run_id, checkpoint, inputs, None, answers, why)
@@ -192,15 +219,27 @@ class Worker:
             return None
         return Job(run_id, checkpoint, inputs, None, {}, "its owner ended")
 
+    def _checkpoint(self, run_id: str, seq: int | None) -> WorkflowCheckpoint | None:
+        """The latest checkpoint of ``run_id``: loaded again only if its seq changed."""
+        if seq is None:
+            return None
+        cached = self._views.get(run_id)
+        if cached is not None and cached[0] == seq:
+            return cached[1]
+        checkpoint = self._load(run_id)
+        if checkpoint is not None:
+            self._views[run_id] = (checkpoint.seq, checkpoint)
+        return checkpoint
+
     def _ready(
         self,
         run_id: str,
         pending: dict[str, Any],
         waits: dict[str, datetime],
+        saved: dict[str, Any],
         inbox: RunInbox,
     ) -> tuple[str | None, dict[str, Any]]:
         """Why a waiting run can go on now (None: it cannot), and the answers to give it."""
-        saved = inbox.answers(run_id)
         answers = {path: value for path, value in saved.items() if path in pending}
         stale = [path for path in saved if path not in pending]
         if stale:
@@ -212,7 +251,7 @@ class Worker:
             return "timer due", {}
         for entry in pending.values():
             expires = entry.get("expires_at")
-            if isinstance(expires, str) and datetime.fromisoformat(expires) <= at:
+            if isinstance(expires, str) and datetime.fromisoformat(expires) < at:  # as `overdue`
                 return "deadline passed", {}
         return None, {}
 
@@ -230,6 +269,7 @@ class Worker:
             await self._run(job, store, inbox)
         finally:
             _close(store)
+            self._seen.pop(job.run_id, None)  # it moved, by this worker: not a sign of another
             self._running.pop(job.run_id, None)
             if self._wake is not None:
                 self._wake.set()
@@ -247,6 +287,7 @@ class Worker:
                 run_id=job.run_id,
                 validate_json=True,
                 checkpoint_every="step",
+                sleep_up_to=self.poll,  # a longer wait frees its place: resumed when due
                 on_code_change=self.on_code_change,  # type: ignore[arg-type]
                 on_event=list(self.flags.listeners),
                 **options,

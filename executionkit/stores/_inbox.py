@@ -190,6 +190,13 @@ class RunInbox:
             for _, name, value, _ in self._rows.rows(ANSWER, run_id)
         }
 
+    def all_answers(self) -> dict[str, dict[str, Any]]:
+        """The answers saved for every run, by run and question path, in one read."""
+        found: dict[str, dict[str, Any]] = {}
+        for run_id, name, value, _ in self._rows.rows(ANSWER, None):
+            found.setdefault(run_id, {})[name] = self._value(run_id, ANSWER, value)
+        return found
+
     def forget_answers(self, run_id: str, questions: Iterable[str] | None = None) -> None:
         """Delete the saved answers of ``run_id`` (to ``questions`` only, if given)."""
         self._rows.drop(ANSWER, run_id, None if questions is None else list(questions))

@@ -275,6 +275,14 @@ class PostgresStore:
         found = self._run(self._sql.run_ids, write=False)
         return [] if found is None else found
 
+    def run_seqs(self) -> dict[str, int]:
+        """Each run with a stored checkpoint and its latest ``seq``, in one query.
+
+        As `SQLiteStore.run_seqs`.
+        """
+        found = self._run(self._sql.run_seqs, write=False)
+        return {} if found is None else found
+
     def prune(self, run_id: str | None = None, *, keep_last: int = 1) -> int:
         """Delete all but the last ``keep_last`` checkpoints of a run, or of every run.
 

@@ -53,6 +53,7 @@ from executionkit.stores._sql_schema import (
     PRUNE_HEADERS,
     RUN,
     RUN_IDS,
+    RUN_SEQS,
     SCHEMA_ROW,
     Database,
     Dialect,
@@ -474,6 +475,18 @@ class SqlCheckpoints:
     def history(self, db: Database, run_id: str) -> list[WorkflowCheckpoint]:
         """Every kept checkpoint of ``run_id``, oldest first."""
         return every_checkpoint(self, db, run_id)
+
+    def run_seqs(self, db: Database) -> dict[str, int]:
+        """Every run with a checkpoint and the seq of its latest, the most recently saved first."""
+        found = dict(db.execute(RUN_SEQS).fetchall())
+        for run_id, seq in found.items():
+            if not isinstance(run_id, str) or type(seq) is not int:
+                msg = (
+                    f"{self.name}: a stored run is damaged: run_id {reprlib.repr(run_id)}, "
+                    f"seq {reprlib.repr(seq)}"
+                )
+                raise CheckpointFormatError(msg)
+        return found
 
     def run_ids(self, db: Database) -> list[str]:
         """Every run with a checkpoint, the most recently saved first."""

@@ -152,6 +152,7 @@ LATEST = """SELECT run_id, seq FROM executionkit_runs WHERE seq >= 0
     ORDER BY written DESC LIMIT 1"""
 RUN = "SELECT run_id, seq FROM executionkit_runs WHERE run_id = ? AND seq >= 0"
 RUN_IDS = "SELECT run_id FROM executionkit_runs WHERE seq >= 0 ORDER BY written DESC"
+RUN_SEQS = "SELECT run_id, seq FROM executionkit_runs WHERE seq >= 0 ORDER BY written DESC"
 KEEP_FROM = """SELECT seq FROM executionkit_headers WHERE run_id = ?
     ORDER BY seq DESC LIMIT 1 OFFSET ?"""
 PRUNE_HEADERS = "DELETE FROM executionkit_headers WHERE run_id = ? AND seq < ?"

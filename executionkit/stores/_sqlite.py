@@ -393,6 +393,15 @@ class SQLiteStore:
         with self._reading() as connection:
             return [] if connection is None else self._sql.run_ids(connection)
 
+    def run_seqs(self) -> dict[str, int]:
+        """Each run with a stored checkpoint and its latest ``seq``, in one query.
+
+        What a worker looks at to tell the runs that moved on since it last
+        looked, without loading any checkpoint. The most recently saved first.
+        """
+        with self._reading() as connection:
+            return {} if connection is None else self._sql.run_seqs(connection)
+
     def prune(self, run_id: str | None = None, *, keep_last: int = 1) -> int:
         """Delete all but the last ``keep_last`` checkpoints of a run, or of every run.
 

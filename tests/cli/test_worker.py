@@ -1,0 +1,338 @@
+"""``executionkit worker`` in this process: what it picks up, what it leaves alone, and why.
+
+Each test drives `Worker.step` (one look at the location) and `Worker.settle` (the
+runs it started have ended) under a clock the test sets, so a one-hour timer or a
+deadline is passed by moving the clock, and "within one poll" means: the very next
+look after the due time starts the run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from executionkit import Step, Workflow, WorkflowCheckpoint
+from executionkit._cli._location import parse_location
+from executionkit._cli._worker import Worker
+from executionkit._define import _questions as questions
+from executionkit.stores import JsonFileStore, JsonLinesStore, PostgresStore, SQLiteStore
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+START = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
+
+
+class Clock:
+    """The library's clock, set by the test."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.now = START
+        monkeypatch.setattr(questions, "utc_now", lambda: self.now)
+
+    def advance(self, **delta: float) -> None:
+        self.now += timedelta(**delta)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    return Clock(monkeypatch)
+
+
+class Calls:
+    """Which step of which run ran, and how often."""
+
+    def __init__(self) -> None:
+        self.seen: Counter[tuple[str, str]] = Counter()
+
+    def step(self, name: str, value: Any = None) -> Any:
+        def run(ctx: Any) -> Any:
+            self.seen[ctx.get("who", "?"), name] += 1
+            return value if value is not None else f"{name} for {ctx.get('who', '?')}"
+
+        return run
+
+
+def reminder(calls: Calls) -> Workflow:
+    """Ask, wait an hour, then remind; with a deadline that has a default."""
+    return Workflow(
+        [
+            Step("invite", calls.step("invite")),
+            Step.ask("approve", lambda ctx: f"invite {ctx['who']}?", depends_on=("invite",)),
+            Step.wait("pause", seconds=3600, depends_on=("approve",)),
+            Step.ask(
+                "extra",
+                lambda ctx: "anything else?",
+                depends_on=("pause",),
+                expires_after=600,
+                default="nothing",
+            ),
+            Step("remind", calls.step("remind"), depends_on=("extra",)),
+        ],
+        inputs=("who",),
+    )
+
+
+def worker(location: str, workflow: Workflow, **options: Any) -> Worker:
+    logged: list[str] = []
+    made = Worker(parse_location(location), workflow, log=logged.append, **options)
+    made.logged = logged  # type: ignore[attr-defined]
+    return made
+
+
+async def look(made: Worker) -> list[str]:
+    """One look at the location, and the runs it started carried as far as they go."""
+    started = await made.step()
+    await made.settle()
+    return started
+
+
+async def test_a_submitted_run_goes_through_answer_timer_and_deadline(
+    tmp_path: Path, clock: Clock
+) -> None:
+    calls = Calls()
+    flow = reminder(calls)
+    store = SQLiteStore(tmp_path / "runs.db")
+    run_id = flow.submit(store, {"who": "ada"}, run_id="r1", metadata={"team": "a"})
+    made = worker(f"sqlite:///{tmp_path}/runs.db", flow)
+    try:
+        assert await look(made) == ["r1"]
+        first = store.load("r1")
+        assert first is not None
+        assert dict(first.pending) == {"approve": first.pending["approve"]}
+        assert dict(first.metadata) == {"team": "a"}
+        assert await look(made) == []  # nothing answered: nothing to do
+
+        store.inbox.save_answer(run_id, "approve", True)
+        assert await look(made) == ["r1"]
+        waiting = store.load("r1")
+        assert waiting is not None
+        assert waiting.outputs["approve"] is True
+        assert store.inbox.answers("r1") == {}  # used, then forgotten
+        assert waiting.waits["pause"]["due"] == (START + timedelta(hours=1)).isoformat()
+
+        clock.advance(minutes=59, seconds=59)
+        assert await look(made) == []  # the timer is not due
+        clock.advance(seconds=1)
+        assert await look(made) == ["r1"]  # due: the very next look resumes it
+        asked = store.load("r1")
+        assert asked is not None
+        assert list(asked.pending) == ["extra"]
+
+        clock.advance(seconds=600)
+        assert await look(made) == []  # at the deadline: not passed yet (as a run decides)
+        clock.advance(seconds=1)
+        assert await look(made) == ["r1"]  # the deadline passed: the default answers
+        final = store.load("r1")
+        assert final is not None
+        assert final.outputs["extra"] == "nothing"
+        assert final.outputs["remind"] == "remind for ada"
+        assert await look(made) == []  # finished: never looked at again
+    finally:
+        await made.stop()
+    assert calls.seen == Counter({("ada", "invite"): 1, ("ada", "remind"): 1})
+    assert any("finished" in line for line in made.logged)  # type: ignore[attr-defined]
+
+
+async def test_a_run_whose_owner_died_is_resumed_and_a_claimed_one_is_not(
+    tmp_path: Path, clock: Clock
+) -> None:
+    calls = Calls()
+    flow = Workflow(
+        [
+            Step("a", calls.step("a")),
+            Step("b", calls.step("b"), depends_on=("a",)),
+        ]
+    )
+    store = SQLiteStore(tmp_path / "runs.db")
+    saved: list[WorkflowCheckpoint] = []
+    await flow.run(checkpoint_fn=saved.append, run_id="crashed")
+    store(saved[0])  # what a process killed after its first checkpoint left behind
+    made = worker(f"sqlite:///{tmp_path}/runs.db", flow)
+    try:
+        with store.claim("crashed"):  # a live owner: the worker keeps off
+            assert await look(made) == []
+        assert await look(made) == ["crashed"]
+    finally:
+        await made.stop()
+    final = store.load("crashed")
+    assert final is not None
+    assert set(final.outputs) == {"a", "b"}
+    assert calls.seen == Counter({("?", "a"): 1, ("?", "b"): 2})  # b: once here, once before
+
+
+async def test_runs_it_cannot_resume_are_left_alone_with_the_reason(
+    tmp_path: Path, clock: Clock
+) -> None:
+    calls = Calls()
+    flow = reminder(calls)
+    store = SQLiteStore(tmp_path / "runs.db")
+    # Started by hand with inputs, which were not stored: the worker cannot resume it.
+    await flow.run({"who": "bob"}, checkpoint_fn=store, run_id="by-hand")
+    store.inbox.save_answer("by-hand", "approve", True)
+    made = worker(f"sqlite:///{tmp_path}/runs.db", flow)
+    try:
+        assert await look(made) == []
+        reason = store.inbox.left_alone()["by-hand"]
+        assert "needs the inputs 'who'" in reason
+        assert "executionkit submit" in reason
+        assert await look(made) == []  # tried once by this worker: left alone
+        assert store.inbox.answers("by-hand") == {"approve": True}  # nothing lost
+    finally:
+        await made.stop()
+    assert calls.seen == Counter({("bob", "invite"): 1})
+
+
+async def test_an_answer_its_check_refuses_is_forgotten_and_a_new_one_takes_the_run_back(
+    tmp_path: Path, clock: Clock
+) -> None:
+    def strict(answer: object) -> object:
+        if answer not in {"yes", "no"}:
+            msg = f"say yes or no, not {answer!r}"
+            raise ValueError(msg)
+        return answer
+
+    flow = Workflow([Step.ask("approve", lambda ctx: "ok?", check=strict)])
+    store = SQLiteStore(tmp_path / "runs.db")
+    flow.submit(store, run_id="r")
+    made = worker(f"sqlite:///{tmp_path}/runs.db", flow)
+    try:
+        assert await look(made) == ["r"]
+        store.inbox.save_answer("r", "approve", "maybe")
+        assert await look(made) == ["r"]
+        assert "say yes or no, not 'maybe'" in store.inbox.left_alone()["r"]
+        assert store.inbox.answers("r") == {}
+        still = store.load("r")
+        assert still is not None
+        assert list(still.pending) == ["approve"]
+        assert await look(made) == []
+        store.inbox.save_answer("r", "approve", "yes")  # takes the run back
+        assert store.inbox.left_alone() == {}
+        assert await look(made) == ["r"]
+    finally:
+        await made.stop()
+    final = store.load("r")
+    assert final is not None
+    assert final.outputs["approve"] == "yes"
+
+
+async def test_runs_of_another_workflow_are_not_touched(tmp_path: Path, clock: Clock) -> None:
+    calls = Calls()
+    ours = Workflow([Step("ours", calls.step("ours"))])
+    theirs = Workflow([Step("theirs", calls.step("theirs")), Step.ask("q", lambda ctx: "?")])
+    store = SQLiteStore(tmp_path / "runs.db")
+    theirs.submit(store, run_id="their-submitted")
+    await theirs.run(checkpoint_fn=store, run_id="their-started")
+    ours.submit(store, run_id="our-submitted")
+    made = worker(f"sqlite:///{tmp_path}/runs.db", ours)
+    try:
+        assert await look(made) == ["our-submitted"]
+        assert await look(made) == []
+    finally:
+        await made.stop()
+    assert store.inbox.left_alone() == {}
+    assert store.load("their-submitted") is None
+    assert calls.seen == Counter({("?", "ours"): 1, ("?", "theirs"): 1})
+
+
+@pytest.mark.parametrize("policy", ["keep", "rerun", "refuse"])
+async def test_the_worker_applies_its_code_change_policy(
+    tmp_path: Path, clock: Clock, policy: str
+) -> None:
+    calls = Calls()
+    before = Workflow(
+        [Step("draft", lambda ctx: "draft one"), Step.ask("approve", lambda ctx: "ok?")]
+    )
+    after = Workflow(
+        [Step("draft", lambda ctx: "draft two"), Step.ask("approve", lambda ctx: "ok?")]
+    )
+    store = SQLiteStore(tmp_path / "runs.db")
+    await before.run(checkpoint_fn=store, run_id="r")
+    store.inbox.save_answer("r", "approve", True)
+    made = worker(f"sqlite:///{tmp_path}/runs.db", after, on_code_change=policy)
+    try:
+        await look(made)
+    finally:
+        await made.stop()
+    final = store.load("r")
+    assert final is not None
+    if policy == "refuse":
+        assert "draft" in store.inbox.left_alone()["r"]
+        assert final.outputs["draft"] == "draft one"
+        assert "approve" not in final.outputs
+    else:
+        assert final.outputs["draft"] == ("draft two" if policy == "rerun" else "draft one")
+        assert final.outputs["approve"] is True
+    assert not calls.seen
+
+
+@pytest.mark.parametrize("kind", ["json", "jsonl"])
+async def test_a_worker_on_a_file_watches_its_one_run(
+    tmp_path: Path, clock: Clock, kind: str
+) -> None:
+    calls = Calls()
+    flow = reminder(calls)
+    path = tmp_path / f"run.{kind}"
+    store = JsonFileStore(path) if kind == "json" else JsonLinesStore(path)
+    flow.submit(store, {"who": "cy"}, run_id="file-run")
+    made = worker(str(path), flow)
+    try:
+        assert await look(made) == ["file-run"]
+        store.inbox.save_answer("file-run", "approve", True)
+        assert await look(made) == ["file-run"]
+        clock.advance(hours=1)
+        assert await look(made) == ["file-run"]  # the timer is due
+        clock.advance(minutes=10, seconds=1)
+        assert await look(made) == ["file-run"]  # the deadline passed
+    finally:
+        await made.stop()
+    final = store.load()
+    assert final is not None
+    assert final.outputs["remind"] == "remind for cy"
+
+
+async def test_stopping_the_worker_stops_its_runs_with_what_completed_saved(
+    tmp_path: Path, clock: Clock
+) -> None:
+    import asyncio
+
+    started = asyncio.Event()
+
+    async def slow(ctx: Any) -> str:
+        started.set()
+        await asyncio.Event().wait()  # until cancelled
+        return "never"
+
+    flow = Workflow([Step("quick", lambda ctx: "done"), Step("slow", slow, depends_on=("quick",))])
+    store = SQLiteStore(tmp_path / "runs.db")
+    flow.submit(store, run_id="r")
+    made = worker(f"sqlite:///{tmp_path}/runs.db", flow)
+    assert await made.step() == ["r"]
+    await started.wait()
+    await made.stop()
+    saved = store.load("r")
+    assert saved is not None
+    assert dict(saved.outputs) == {"quick": "done"}
+    assert store.owner("r") is None  # the claim was given up
+
+
+async def test_postgres_worker_takes_submitted_runs(pg_uri: str, clock: Clock) -> None:
+    calls = Calls()
+    flow = Workflow([Step("a", calls.step("a"))], inputs=("who",))
+    store = PostgresStore(pg_uri)
+    for who in ("x", "y", "z"):
+        flow.submit(store, {"who": who}, run_id=f"pg-{who}")
+    made = worker(pg_uri, flow)
+    try:
+        assert sorted(await look(made)) == ["pg-x", "pg-y", "pg-z"]
+        assert await look(made) == []
+    finally:
+        await made.stop()
+    assert calls.seen == Counter({("x", "a"): 1, ("y", "a"): 1, ("z", "a"): 1})
+    loaded = store.load("pg-y")
+    assert loaded is not None
+    assert loaded.outputs["a"] == "a for y"
+    store.close()
