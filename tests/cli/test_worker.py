@@ -106,7 +106,7 @@ async def test_a_submitted_run_goes_through_answer_timer_and_deadline(
         assert dict(first.metadata) == {"team": "a"}
         assert await look(made) == []  # nothing answered: nothing to do
 
-        store.inbox.save_answer(run_id, "approve", True)
+        store.inbox.save_answer(run_id, "approve", value=True)
         assert await look(made) == ["r1"]
         waiting = store.load("r1")
         assert waiting is not None
@@ -172,7 +172,7 @@ async def test_runs_it_cannot_resume_are_left_alone_with_the_reason(
     store = SQLiteStore(tmp_path / "runs.db")
     # Started by hand with inputs, which were not stored: the worker cannot resume it.
     await flow.run({"who": "bob"}, checkpoint_fn=store, run_id="by-hand")
-    store.inbox.save_answer("by-hand", "approve", True)
+    store.inbox.save_answer("by-hand", "approve", value=True)
     made = worker(f"sqlite:///{tmp_path}/runs.db", flow)
     try:
         assert await look(made) == []
@@ -251,7 +251,7 @@ async def test_the_worker_applies_its_code_change_policy(
     )
     store = SQLiteStore(tmp_path / "runs.db")
     await before.run(checkpoint_fn=store, run_id="r")
-    store.inbox.save_answer("r", "approve", True)
+    store.inbox.save_answer("r", "approve", value=True)
     made = worker(f"sqlite:///{tmp_path}/runs.db", after, on_code_change=policy)
     try:
         await look(made)
@@ -281,7 +281,7 @@ async def test_a_worker_on_a_file_watches_its_one_run(
     made = worker(str(path), flow)
     try:
         assert await look(made) == ["file-run"]
-        store.inbox.save_answer("file-run", "approve", True)
+        store.inbox.save_answer("file-run", "approve", value=True)
         assert await look(made) == ["file-run"]
         clock.advance(hours=1)
         assert await look(made) == ["file-run"]  # the timer is due

@@ -8,7 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from executionkit import CheckpointFormatError, CheckpointValueError, Step, Workflow
+from executionkit import (
+    CheckpointFormatError,
+    CheckpointValueError,
+    RunArgumentError,
+    Step,
+    Workflow,
+)
 from executionkit.stores import JsonFileStore, JsonLinesStore, PostgresStore, SQLiteStore
 
 if TYPE_CHECKING:
@@ -77,9 +83,9 @@ def test_inputs_that_are_not_plain_data_are_refused_naming_the_key(store: Any) -
 
 def test_answers_are_saved_replaced_and_forgotten(store: Any) -> None:
     assert store.inbox.answers("r1") == {}
-    store.inbox.save_answer("r1", "approve", True)
+    store.inbox.save_answer("r1", "approve", value=True)
     store.inbox.save_answer("r1", "review/notes", {"ok": [1, "two"]})
-    store.inbox.save_answer("r1", "approve", False)  # a second answer replaces the first
+    store.inbox.save_answer("r1", "approve", value=False)  # a second answer replaces the first
     store.inbox.save_answer("r2", "approve", "other run")
     assert store.inbox.answers("r1") == {"approve": False, "review/notes": {"ok": [1, "two"]}}
     store.inbox.forget_answers("r1", ["approve"])
@@ -178,3 +184,26 @@ def _submit_race(args: tuple[str, int]) -> str:
     except ValueError:
         return "refused"
     return "submitted"
+
+
+def test_workflow_submit_checks_its_arguments_before_storing_anything(tmp_path: Path) -> None:
+    flow = Workflow([Step("a", lambda ctx: 1)], inputs=("x",))
+    store = SQLiteStore(tmp_path / "s.db")
+    with pytest.raises(RunArgumentError, match="lacks the workflow's declared inputs: 'x'"):
+        flow.submit(store)
+    with pytest.raises(RunArgumentError, match="collide with step names: 'a'"):
+        flow.submit(store, {"x": 1, "a": 2})
+    with pytest.raises(RunArgumentError, match="run_id must be a non-empty str"):
+        flow.submit(store, {"x": 1}, run_id="")
+    with pytest.raises(RunArgumentError, match="metadata"):
+        flow.submit(store, {"x": 1}, metadata=[1])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="submit needs a store with an inbox"):
+        flow.submit([].append, {"x": 1})
+    with pytest.raises(CheckpointValueError, match="inputs of run 'r'"):
+        flow.submit(store, {"x": b"bytes"}, run_id="r")
+    assert store.inbox.submissions() == []
+    run_id = flow.submit(store, {"x": 1})
+    assert len(run_id) == 32
+    submission = store.inbox.submission(run_id)
+    assert submission is not None
+    assert submission.steps == ("a",)
