@@ -8,6 +8,7 @@ look after the due time starts the run.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -297,8 +298,6 @@ async def test_a_worker_on_a_file_watches_its_one_run(
 async def test_stopping_the_worker_stops_its_runs_with_what_completed_saved(
     tmp_path: Path, clock: Clock
 ) -> None:
-    import asyncio
-
     started = asyncio.Event()
 
     async def slow(ctx: Any) -> str:
