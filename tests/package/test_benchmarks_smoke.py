@@ -181,3 +181,33 @@ def test_map_prints_the_per_item_costs_and_the_stores_on_tiny_maps() -> None:
         five, ten = int(row[-2]), int(row[-1].removesuffix(" |"))
         assert 6 <= five <= 8
         assert 11 <= ten <= 13
+
+
+def test_workers_prints_the_look_and_throughput_tables_on_tiny_sizes() -> None:
+    """`workers.py` fills a database, times a worker's looks and drains runs with one worker."""
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "workers.py"),
+        "--finished",
+        "3",
+        "--waiting",
+        "2",
+        "--repeat",
+        "2",
+        "--runs",
+        "3",
+        "--latency",
+        "0",
+        "--workers",
+        "1",
+    ]
+    done = subprocess.run(  # noqa: S603 - our own interpreter and script
+        command, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "look: 3 finished runs and 2 waiting, one idle worker"
+    assert lines[3].startswith("| SQLite | ")
+    assert lines[5] == "throughput: 3 runs of 5 steps of 0 ms each"
+    assert lines[8].startswith("| SQLite | 1 | ")
+    assert len(lines) == 9
