@@ -69,7 +69,7 @@ never changed. The command that resumes the fork is printed.
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``executionkit`` argument parser, with its six commands."""
+    """The ``executionkit`` argument parser, with its nine commands."""
     parser = argparse.ArgumentParser(
         prog="executionkit",
         description="Resumable workflows of expensive steps, checkpointed where you like.",

@@ -58,6 +58,7 @@ DOCUMENTED: dict[str, Any] = {
     "workflow.run_sync": Workflow.run_sync,
     "workflow.plan": Workflow.plan,
     "workflow.fork": Workflow.fork,
+    "workflow.submit": Workflow.submit,
     "Step": Step,
     "Step.map": Step.map,
     "Step.ask": Step.ask,
