@@ -17,6 +17,7 @@ import pytest
 
 from executionkit import Step, Workflow, WorkflowCheckpoint
 from executionkit._cli._location import parse_location
+from executionkit._cli._run_options import RunFlags
 from executionkit._cli._worker import Worker
 from executionkit._define import _questions as questions
 from executionkit.stores import JsonFileStore, JsonLinesStore, PostgresStore, SQLiteStore
@@ -335,3 +336,70 @@ async def test_postgres_worker_takes_submitted_runs(pg_uri: str, clock: Clock) -
     assert loaded is not None
     assert loaded.outputs["a"] == "a for y"
     store.close()
+
+
+async def test_a_question_and_a_timer_inside_a_sub_workflow_are_carried_on(
+    tmp_path: Path, clock: Clock
+) -> None:
+    calls = Calls()
+    review = Workflow(
+        [
+            Step.ask("approve", lambda ctx: "ok?"),
+            Step.wait("settle", seconds=7200, depends_on=("approve",)),
+            Step("note", calls.step("note"), depends_on=("settle",)),
+        ]
+    )
+    flow = Workflow(
+        [Step("review", review), Step("after", calls.step("after"), depends_on=("review",))]
+    )
+    store = SQLiteStore(tmp_path / "runs.db")
+    flow.submit(store, run_id="nested")
+    made = worker(f"sqlite:///{tmp_path}/runs.db", flow)
+    try:
+        assert await look(made) == ["nested"]
+        store.inbox.save_answer("nested", "review/approve", "yes")
+        assert await look(made) == ["nested"]
+        waiting = store.load("nested")
+        assert waiting is not None
+        assert "after" not in waiting.outputs
+        clock.advance(hours=2)
+        assert await look(made) == ["nested"]
+    finally:
+        await made.stop()
+    final = store.load("nested")
+    assert final is not None
+    assert final.outputs["after"] == "after for ?"
+    assert calls.seen == Counter({("?", "note"): 1, ("?", "after"): 1})
+
+
+async def test_a_run_over_its_budget_is_left_alone_not_retried(
+    tmp_path: Path, clock: Clock
+) -> None:
+    from executionkit import PatternResult, TokenUsage  # noqa: PLC0415
+
+    calls = Calls()
+
+    def costly(ctx: Any) -> PatternResult[str]:
+        calls.seen["?", "costly"] += 1
+        return PatternResult("spent", cost=TokenUsage(900, 100, 1))
+
+    flow = Workflow(
+        [Step("costly", costly), Step("next", calls.step("next"), depends_on=("costly",))]
+    )
+    store = SQLiteStore(tmp_path / "runs.db")
+    flow.submit(store, run_id="spender")
+    made = worker(
+        f"sqlite:///{tmp_path}/runs.db",
+        flow,
+        flags=RunFlags(options={"budget": TokenUsage(500, 0, 0)}),
+    )
+    try:
+        assert await look(made) == ["spender"]
+        assert "budget" in store.inbox.left_alone()["spender"]
+        assert await look(made) == []
+    finally:
+        await made.stop()
+    assert calls.seen == Counter({("?", "costly"): 1})
+    saved = store.load("spender")
+    assert saved is not None
+    assert saved.outputs["costly"] == "spent"  # what it paid for is kept
