@@ -1,14 +1,18 @@
 """``executionkit inspect``: what a checkpoint file holds, as text or JSON, and who claims it.
 
 ``--history`` lists the checkpoints a store keeps of the run (`CheckpointInfo`),
-``--seq N`` shows one of them as the latest is shown.
+``--seq N`` shows one of them as the latest is shown. What the store's inbox
+(`RunInbox`) holds is shown too, when it holds something: a run submitted (when,
+its input names: never values), left alone by a worker (why), the questions
+with answers saved for a worker; the listing of a database adds the runs
+submitted and not started yet, and the runs left alone.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import shlex
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from executionkit._checkpoint._lineage import lineage_dict
 from executionkit._cli._exits import EXIT_OK, CliError
@@ -17,20 +21,20 @@ from executionkit._cli._location import PASSWORD, DatabaseLocation, FileLocation
 from executionkit._cli._maps import failed_items, items_text, recorded_steps, unfinished_maps
 from executionkit._cli._prices import dollars, dollars_lines, load_prices
 from executionkit._cli._questions import expired, now, question_block
-from executionkit._cli._text import invocation, json_document, out, preview
+from executionkit._cli._text import error_text, invocation, json_document, out, preview
 from executionkit._define._questions import waiting_in
 from executionkit._define._waits import waits_in
 from executionkit._terminal import one_line, show
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from executionkit._checkpoint._value import WorkflowCheckpoint
     from executionkit._cli._location import Location
     from executionkit._types import TokenUsage
     from executionkit._workflow import Workflow
-    from executionkit.stores import CheckpointInfo
+    from executionkit.stores import CheckpointInfo, RunInbox, Submission
 
 
 def inspect_command(args: argparse.Namespace) -> int:
@@ -48,9 +52,12 @@ def inspect_command(args: argparse.Namespace) -> int:
         return _list_runs(location, as_json=args.json)
     path = location.label
     prices = None if args.prices is None else load_prices(args.prices)
-    checkpoint = _checkpoint_of(location, args.seq)
+    checkpoint = _checkpoint_of(location, args.seq, as_json=args.json)
+    if checkpoint is None:  # a run submitted and not started: printed
+        return EXIT_OK
     workflow = None if args.workflow is None else load_workflow(args.workflow)
     summary = describe(checkpoint, workflow, file=path)
+    summary.update(_inbox_fields(location, checkpoint))
     if prices is not None:
         summary["dollars"] = dollars(checkpoint.spending.priced(prices))
     if location.reports_owners():  # else no line at all: "nobody" would be a guess
@@ -67,10 +74,19 @@ def inspect_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _checkpoint_of(location: Location, seq: int | None) -> WorkflowCheckpoint:
-    """The latest checkpoint of the run ``location`` names, or the one of ``seq``."""
+def _checkpoint_of(
+    location: Location, seq: int | None, *, as_json: bool = False
+) -> WorkflowCheckpoint | None:
+    """The latest checkpoint of the run ``location`` names, or the one of ``seq``.
+
+    None when there is none but the run was submitted: what its submission says
+    is printed then (`_submitted_only`).
+    """
     if seq is None:
-        checkpoint = location.load(missing_ok=False)
+        checkpoint = location.load(missing_ok=True)
+        if checkpoint is None and _submitted_only(location, as_json=as_json):
+            return None
+        checkpoint = checkpoint or location.load(missing_ok=False)
         assert checkpoint is not None  # noqa: S101 - missing_ok=False never returns None
         return checkpoint
     if isinstance(location, DatabaseLocation):
@@ -160,8 +176,14 @@ def _list_runs(location: DatabaseLocation, *, as_json: bool) -> int:
         if owners:
             owner = location.owner(run_id)
             runs[-1]["claimed_by"] = None if owner is None else owner.to_dict()
+    stored = {run["run_id"] for run in runs}
+    submissions, left = _read_inbox(
+        location, lambda inbox: (inbox.submissions(), inbox.left_alone())
+    )
+    submitted = [_submission(s) for s in submissions if s.run_id not in stored]
     if as_json:
-        out(json_document({"database": location.label, "runs": runs}))
+        listing = {"database": location.label, "runs": runs}
+        out(json_document({**listing, "submitted": submitted, "left_alone": left}))
         return EXIT_OK
     lines = [f"database: {one_line(location.label)}", f"runs: {len(runs)}"]
     lines.extend(
@@ -172,10 +194,121 @@ def _list_runs(location: DatabaseLocation, *, as_json: bool) -> int:
         + ("" if run.get("claimed_by") is None else f", claimed by {_owner_text(run)}")
         for run in runs
     )
-    if runs:
-        lines.extend(_inspect_one(location, runs[0]["run_id"]))
+    if submitted:
+        lines.append(f"submitted, not started yet: {len(submitted)}")
+        lines.extend(
+            f"  {show(entry['run_id'])}: submitted {_submitted_text(entry)}" for entry in submitted
+        )
+    if left:
+        lines.append(f"left alone by a worker: {len(left)}")
+        lines.extend(f"  {show(run_id)}: {one_line(reason)}" for run_id, reason in left.items())
+    first = runs[0]["run_id"] if runs else submitted[0]["run_id"] if submitted else None
+    if first is not None:
+        lines.extend(_inspect_one(location, first))
     out("\n".join(lines))
     return EXIT_OK
+
+
+_T = TypeVar("_T")
+
+
+def _read_inbox(location: Location, read: Callable[[RunInbox], _T]) -> _T:
+    """``read(inbox)`` of the store's inbox at ``location``; its errors as a `CliError`."""
+    from executionkit._errors import ExecutionKitError  # noqa: PLC0415
+
+    store: Any = (
+        location.store() if isinstance(location, DatabaseLocation) else location.writer("inspect")
+    )
+    try:
+        return read(store.inbox)
+    except (ExecutionKitError, OSError, ValueError) as exc:
+        msg = f"{location.label}: {error_text(exc)}"
+        raise CliError(msg) from None
+    except Exception as exc:  # a driver's own error: one line, never a traceback
+        if type(exc).__module__.split(".")[0] not in {"sqlite3", "psycopg"}:
+            raise
+        msg = f"{location.label}: {error_text(exc)}"
+        raise CliError(msg) from None
+    finally:
+        close = getattr(store, "close", None)
+        if callable(close):
+            close()
+
+
+def _submission(submission: Submission) -> dict[str, Any]:
+    """A submission as ``inspect --json`` prints it: its input names, never their values."""
+    return {
+        "run_id": submission.run_id,
+        "submitted_at": submission.submitted_at,
+        "input_keys": sorted(submission.inputs),
+    }
+
+
+def _submitted_text(entry: Mapping[str, Any]) -> str:
+    """``2026-...; inputs: a, b (key names only, never values)``: when, and the input names."""
+    text = one_line(entry["submitted_at"])
+    if entry["input_keys"]:
+        keys = ", ".join(map(show, entry["input_keys"]))
+        text += f"; inputs: {keys} (key names only, never values)"
+    return text
+
+
+def _inbox_fields(location: Location, checkpoint: WorkflowCheckpoint) -> dict[str, Any]:
+    """What the inbox holds of the run shown: ``submitted``, ``left_alone``, ``answers_saved``."""
+    run_id = location.run_id if isinstance(location, DatabaseLocation) else None
+    run_id = run_id if run_id is not None else checkpoint.run_id or ""
+
+    def read(inbox: RunInbox) -> tuple[Submission | None, str | None, list[str]]:
+        return (
+            inbox.submission(run_id),
+            inbox.left_alone().get(run_id),
+            list(inbox.answers(run_id)),
+        )
+
+    submission, left, answered = _read_inbox(location, read)
+    fields: dict[str, Any] = {}
+    if submission is not None:
+        fields["submitted"] = {k: v for k, v in _submission(submission).items() if k != "run_id"}
+    if left is not None:
+        fields["left_alone"] = left
+    if answered:
+        fields["answers_saved"] = answered
+    return fields
+
+
+def _submitted_only(location: Location, *, as_json: bool) -> bool:
+    """Print a run submitted and not started (no checkpoint); whether there is one."""
+    if isinstance(location, FileLocation) and not location.path.parent.is_dir():
+        return False  # nothing there: the file's own error says so
+    run_id = location.run_id if isinstance(location, DatabaseLocation) else None
+
+    def read(inbox: RunInbox) -> tuple[Submission | None, dict[str, str]]:
+        if run_id is not None:
+            return inbox.submission(run_id), inbox.left_alone()
+        found = inbox.submissions()  # a file holds one run
+        return (found[0] if found else None), inbox.left_alone()
+
+    submission, left = _read_inbox(location, read)
+    if submission is None:
+        return False
+    entry = _submission(submission)
+    summary: dict[str, Any] = {"file": location.label, "run_id": submission.run_id}
+    summary["submitted"] = {k: v for k, v in entry.items() if k != "run_id"}
+    if submission.run_id in left:
+        summary["left_alone"] = left[submission.run_id]
+    if as_json:
+        out(json_document(summary))
+        return True
+    lines = [
+        f"{'file':<12}{one_line(location.label)}",
+        f"{'run_id':<12}{one_line(submission.run_id)}",
+        f"{'submitted':<12}{_submitted_text(entry)}",
+        f"{'':<12}not started yet (no checkpoint): a worker starts it",
+    ]
+    if "left_alone" in summary:
+        lines.append(f"{'left alone':<12}{one_line(summary['left_alone'])}")
+    out("\n".join(lines))
+    return True
 
 
 def _inspect_one(location: DatabaseLocation, run_id: str) -> list[str]:
@@ -279,7 +412,7 @@ def describe(
             name: {"due": due.isoformat(), "due_now": due <= moment}
             for name, due in waits_in(checkpoint).items()
         },
-        "code_changed": _code_changed(checkpoint, workflow),
+        "code_changed": code_changed(checkpoint, workflow),
         "outputs": {name: preview(outputs[name]) for name in names},
         "spending": _spending(checkpoint),
         "in_flight": [list(attempt) for attempt in checkpoint.in_flight],
@@ -288,7 +421,7 @@ def describe(
     }
 
 
-def _code_changed(
+def code_changed(
     checkpoint: WorkflowCheckpoint, workflow: Workflow | None
 ) -> dict[str, dict[str, str]] | None:
     """The recorded steps whose code changed since (with the workflow; None without)."""
@@ -330,8 +463,9 @@ def describe_text(summary: Mapping[str, Any]) -> str:
     lines: list[str] = []
 
     def field(label: str, *values: str) -> None:
+        width = max(12, len(label) + 1)
         for number, value in enumerate(values or ("(none)",)):
-            lines.append(f"{label if number == 0 else '':<12}{value}")
+            lines.append(f"{label if number == 0 else '':<{width}}{value}")
 
     for label, value in _heading(summary):
         field(label, value)
@@ -460,6 +594,13 @@ def _heading(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
         fields.append(("context", f"{', '.join(map(show, keys))} (key names only, never values)"))
     if summary["lineage"]:  # only a fork's (Workflow.fork)
         fields.append(("lineage", _lineage_text(summary["lineage"])))
+    if "submitted" in summary:  # the inbox's: only when it holds something of the run
+        fields.append(("submitted", _submitted_text(summary["submitted"])))
+    if "left_alone" in summary:
+        fields.append(("left alone", one_line(summary["left_alone"])))
+    if "answers_saved" in summary:
+        paths = ", ".join(map(show, summary["answers_saved"]))
+        fields.append(("answers saved", f"{paths} (a worker resumes the run with them)"))
     return fields
 
 

@@ -29,7 +29,12 @@ if TYPE_CHECKING:
 
     from executionkit._checkpoint._value import WorkflowCheckpoint  # noqa: TC004 - dataclass annotations stay strings
     from executionkit._cli._serve._answers import RunEvents  # noqa: TC004 - dataclass annotations stay strings
-    from executionkit._cli._serve._runs import RunRow, StepLedger, StepView  # noqa: TC004 - dataclass annotations stay strings
+    from executionkit._cli._serve._runs import (  # noqa: TC004 - dataclass annotations stay strings
+        CodeChange,
+        RunRow,
+        StepLedger,
+        StepView,
+    )
 
 PREVIEW_CHARS = 160
 SHOWN_FAILED_KEYS = 20
@@ -56,11 +61,12 @@ def document(title: str, header: Markup, main: Markup, *, live: str | None = Non
 
 
 def header(label: str, workflow: str | None) -> Markup:
-    """The bar on every page: home, the location, and whether questions can be answered."""
+    """The bar on every page: home, the location, and what answering a question does."""
     mode = (
         f"answering with {workflow}"
         if workflow is not None
-        else "read-only (start with --workflow MODULE:ATTR to answer questions here)"
+        else "answers are saved for a worker (start with --workflow MODULE:ATTR to resume "
+        "runs here)"
     )
     return html(
         '<a class="home" href="/">executionkit runs</a>'
@@ -101,11 +107,14 @@ def runs_main(rows: Sequence[RunRow], *, page: int, pages: int, count: int) -> M
 def _run_row(row: RunRow, *, priced: bool = False) -> Markup:
     """One run's row of the runs page (``priced``: with its bill)."""
     dollars = html('<td class="number">{}</td>', row.dollars or "-") if priced else html("")
+    status = status_word(row.status)
+    if row.left_alone is not None:  # the reason is on the run's page
+        status = html('{} <span class="left-alone-mark">left alone</span>', status)
     return html(
         '<tr><td class="run-id">{}</td><td>{}</td><td>{}</td><td class="number">{}</td>'
         "{}<td>{}</td><td>{}</td></tr>",
         run_link(row.run_id, row.run_id or _NO_RUN_ID),
-        status_word(row.status),
+        status,
         f"{row.done}{'' if row.total is None else f' of {row.total}'}",
         f"{row.tokens:,}",
         dollars,
@@ -138,12 +147,38 @@ class RunPage:
     steps: Sequence[StepView]
     events: RunEvents
     questions: Mapping[str, Mapping[str, Any]]
-    token: str | None  # the form's token; None when the page is read-only
+    token: str  # the forms' token
     answer_command: str
     message: str | None = None
     ledger: Mapping[str, StepLedger] = field(default_factory=dict)  # the checkpoint's, by step
     bill: str | None = None  # with --prices: the run's bill in dollars
     dollars: Mapping[str, str] = field(default_factory=dict)  # and each step's
+    inbox: InboxView | None = None  # what the inbox holds of the run; None: nothing to show
+    code_changes: Sequence[CodeChange] = ()  # with --workflow: recorded steps whose code changed
+
+
+@dataclass(frozen=True, slots=True)
+class InboxView:
+    """What the store's inbox holds of one run, as its page shows it."""
+
+    worker_command: str  # the command that carries the run on
+    answers: Mapping[str, Any] = field(default_factory=dict)  # saved, waiting for a worker
+    left_alone: str | None = None  # why a worker left the run alone
+    notice: str | None = None  # what the answer just posted did
+    saves: bool = True  # the forms save answers here (no --workflow)
+
+
+@dataclass(frozen=True, slots=True)
+class SubmittedPage:
+    """The page of a run submitted to start that has no checkpoint yet."""
+
+    page_id: str
+    submitted_at: str
+    input_keys: Sequence[str]  # the names only: the values are never shown
+    status: str  # "submitted", or "running" once a worker claimed it
+    owner: str | None
+    inbox: InboxView
+    message: str | None = None  # why an answer posted to it was refused
 
 
 def run_main(run: RunPage) -> Markup:
@@ -189,6 +224,10 @@ def run_main(run: RunPage) -> Markup:
     ]
     if run.message is not None:
         parts.append(html('<p class="message" role="alert">{}</p>', run.message))
+    if run.inbox is not None:
+        parts.append(_inbox_notes(run.inbox))
+    if run.code_changes:
+        parts.append(_code_changes(run.code_changes))
     if run.questions:
         parts.append(_questions(run))
     parts.append(html('<h2>Graph</h2><div class="graph-box">{}</div>', graph_svg(run.steps)))
@@ -196,9 +235,81 @@ def run_main(run: RunPage) -> Markup:
     return join(parts)
 
 
+def submitted_main(run: SubmittedPage) -> Markup:
+    """The page of a run submitted to start and not started: when, its input names, a worker."""
+    started = (
+        "not started yet: a worker starts it"
+        if run.status == "submitted"
+        else "a worker has claimed it and starts it: its first checkpoint is not saved yet"
+    )
+    facts: list[tuple[str, object]] = [
+        ("status", status_word(run.status)),
+        ("claimed by", run.owner or "nobody"),
+        ("submitted", f"submitted at {run.submitted_at}, {started}"),
+    ]
+    if run.input_keys:
+        keys = join(run.input_keys, ", ")
+        facts.append(("inputs", html("{} (names only: the values are never shown)", keys)))
+    return join(
+        [
+            html('<h1 class="run-title">{}</h1><dl class="facts">', run.page_id or _NO_RUN_ID),
+            *(html("<dt>{}</dt><dd>{}</dd>", label, value) for label, value in facts),
+            html("</dl>"),
+            NOTHING
+            if run.message is None
+            else html('<p class="message" role="alert">{}</p>', run.message),
+            _inbox_notes(run.inbox),
+            html(
+                '<p class="cli">A worker starts it:</p><pre><code>{}</code></pre>',
+                run.inbox.worker_command,
+            ),
+        ]
+    )
+
+
+def _inbox_notes(inbox: InboxView) -> Markup:
+    """What the answer just posted did, and why a worker left the run alone."""
+    parts = []
+    if inbox.notice is not None:
+        parts.append(html('<p class="notice" role="status">{}</p>', inbox.notice))
+    if inbox.left_alone is not None:
+        parts.append(
+            html(
+                '<section class="left-alone" role="note"><h2>Left alone by a worker</h2>'
+                '<p class="reason">{}</p><p class="note">Workers skip this run until an '
+                "answer is saved for it, or a worker process starts anew (each one tries such "
+                "a run once): fix what the reason says first.</p></section>",
+                inbox.left_alone,
+            )
+        )
+    return join(parts)
+
+
+def _code_changes(changes: Sequence[CodeChange]) -> Markup:
+    """The box listing the recorded steps whose code changed since their outputs were recorded."""
+    lines = [
+        html(
+            "<p>step <code>{}</code> ({} → {}); running it again would cost {} tokens</p>",
+            change.step,
+            change.recorded,
+            change.current,
+            f"{change.tokens:,}",
+        )
+        for change in changes
+    ]
+    return html(
+        '<section class="code-changed" role="note"><h2>Code changed since recorded</h2>{}'
+        '<p class="note">A resume keeps these outputs (made by the old code) unless it is '
+        "told to run them again (executionkit run --on-code-change rerun).</p></section>",
+        join(lines),
+    )
+
+
 def _questions(run: RunPage) -> Markup:
-    """The questions the run waits for, each with its form (or its command, read-only)."""
+    """The questions the run waits for, each with its form (a child's: its command)."""
     parts = [html("<h2>Questions waiting</h2>")]
+    saves = run.inbox is not None and run.inbox.saves
+    saved = {} if run.inbox is None else run.inbox.answers
     for number, (path, entry) in enumerate(run.questions.items()):
         question = entry["question"]
         if isinstance(question, str):
@@ -209,42 +320,75 @@ def _questions(run: RunPage) -> Markup:
         asked = f"asked {entry.get('asked_at') or '-'}" + (
             f", expires {expires}" if expires else ", never expires"
         )
-        field = f"answer-{number}"
-        if run.token is not None and run.child is None:
-            form = html(
-                '<form method="post" action="/answer" class="answer">'
-                '<input type="hidden" name="token" value="{}">'
-                '<input type="hidden" name="run" value="{}">'
-                '<input type="hidden" name="path" value="{}">'
-                '<label for="{}">{}</label>'
-                '<input type="text" id="{}" name="value" autocomplete="off" required>'
-                '<button type="submit">Answer</button>'
-                '<p class="hint">read as JSON (true, 3, {"a": 1}), else as the text itself</p>'
-                "</form>",
-                run.token,
-                run.page_id,
-                path,
-                field,
-                path,
-                field,
+        answered = NOTHING
+        if path in saved:
+            answered = html(
+                '<p class="saved-answer">answer saved, waiting for a worker: <code>{}</code></p>',
+                json.dumps(saved[path], ensure_ascii=False),
             )
+        command = f"{run.answer_command} --answer {shlex.quote(path)}=VALUE"
+        terminal = html(
+            '<p class="cli">Answer {} from a terminal:</p><pre><code>{}</code></pre>',
+            path,
+            command,
+        )
+        if run.child is None:
+            form = _answer_form(run, number, path, saves=saves, replaces=path in saved)
+            if saves:
+                terminal = html(
+                    '<p class="cli">Or answer it from a terminal, resuming the run there:</p>'
+                    "<pre><code>{}</code></pre>",
+                    command,
+                )
+                form = html("{}{}", form, terminal)
         else:
-            command = f"{run.answer_command} --answer {shlex.quote(path)}=VALUE"
-            form = html(
-                '<p class="cli">Answer {} from a terminal:</p><pre><code>{}</code></pre>',
-                path,
-                command,
-            )
+            form = terminal
         parts.append(
             html(
-                '<section class="ask"><h3>{}</h3><p class="asked">{}</p>{}{}</section>',
+                '<section class="ask"><h3>{}</h3><p class="asked">{}</p>{}{}{}</section>',
                 path,
                 asked,
                 shown,
+                answered,
                 form,
             )
         )
     return join(parts)
+
+
+def _answer_form(run: RunPage, number: int, path: str, *, saves: bool, replaces: bool) -> Markup:
+    """The form answering ``path``: it resumes the run here, or (``saves``) saves the answer."""
+    field = f"answer-{number}"
+    if not saves:
+        hint = html('read as JSON (true, 3, {"a": 1}), else as the text itself')
+    elif replaces:
+        hint = html(
+            'read as JSON (true, 3, {"a": 1}), else as the text itself; it replaces the '
+            "answer saved, and nothing runs here: a worker resumes the run"
+        )
+    else:
+        hint = html(
+            'read as JSON (true, 3, {"a": 1}), else as the text itself; it is saved, and '
+            "nothing runs here: a worker resumes the run"
+        )
+    return html(
+        '<form method="post" action="/answer" class="answer">'
+        '<input type="hidden" name="token" value="{}">'
+        '<input type="hidden" name="run" value="{}">'
+        '<input type="hidden" name="path" value="{}">'
+        '<label for="{}">{}</label>'
+        '<input type="text" id="{}" name="value" autocomplete="off" required>'
+        '<button type="submit">Answer</button>'
+        '<p class="hint">{}</p>'
+        "</form>",
+        run.token,
+        run.page_id,
+        path,
+        field,
+        path,
+        field,
+        hint,
+    )
 
 
 def _steps_table(run: RunPage) -> Markup:

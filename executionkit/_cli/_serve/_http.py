@@ -4,10 +4,13 @@
   (``&child=PATH``: a sub-workflow in progress); ``GET /output?id=ID&step=NAME``:
   one output whole, as JSON text. ``&live=1`` on the first two gives what the
   page's script polls: ``{"live": bool, "html": main}``.
-- ``POST /answer``: answers a question (fields ``token``, ``run``, ``path``, ``value``).
+- ``POST /answer``: answers a question (fields ``token``, ``run``, ``path``, ``value``):
+  with ``--workflow`` the run resumes here; without, the answer is saved in the
+  store's inbox for a worker (`App.save_answer`) and the page says so
+  (``/run?id=ID&saved=PATH``).
 - A request whose ``Host`` header is not the address served is refused (DNS
-  rebinding); a POST without the server's token is refused; read-only mode
-  refuses every POST.
+  rebinding); a POST without the server's token is refused; without
+  ``--workflow`` every POST but ``/answer`` is refused as read-only.
 """
 
 from __future__ import annotations
@@ -115,7 +118,8 @@ class Handler(BaseHTTPRequestHandler):
             if parts.path == "/":
                 self._page(*app.runs_page(_page_number(query.get("page"))), query)
             elif parts.path == "/run" and "id" in query:
-                self._page(*app.run_page(query["id"], query.get("child")), query)
+                shown = app.run_page(query["id"], query.get("child"), saved=query.get("saved"))
+                self._page(*shown, query)
             elif parts.path == "/output" and "id" in query and "step" in query:
                 self._output(app.output(query["id"], query["step"], query.get("child")))
             elif parts.path.startswith("/assets/"):
@@ -131,7 +135,7 @@ class Handler(BaseHTTPRequestHandler):
             self._error(HTTPStatus.INTERNAL_SERVER_ERROR, "Server error", error_text(exc))
 
     def do_POST(self) -> None:
-        """Answer a question: checked, then the run resumed (or refused, with why)."""
+        """Answer a question: checked, then the run resumed or the answer saved (or refused)."""
         if not self._host_ok():
             return
         app = self.server.app
@@ -147,31 +151,40 @@ class Handler(BaseHTTPRequestHandler):
                 HTTPStatus.FORBIDDEN, "Refused", "the form lacks this server's token: reload it"
             )
             return
-        if app.resumer is None:
+        answering = urlsplit(self.path).path == "/answer"
+        if app.resumer is None and not answering:
             self._error(
                 HTTPStatus.METHOD_NOT_ALLOWED,
                 "Read-only",
-                "this server is read-only: start it with --workflow MODULE:ATTR to answer "
-                "here, or answer with the command each run's page shows",
+                "this server runs nothing (it has no --workflow): the one form it takes is an "
+                "answer, at /answer, which it saves for a worker",
             )
             return
-        if urlsplit(self.path).path != "/answer" or not {"run", "path", "value"} <= form.keys():
-            self._error(HTTPStatus.NOT_FOUND, "Not found", "answers go to /answer")
+        if not answering or not {"run", "path", "value"} <= form.keys():
+            self._error(
+                HTTPStatus.NOT_FOUND,
+                "Not found",
+                "answers go to /answer, with the fields token, run, path and value",
+            )
             return
         self._answer(form["run"], form["path"], form["value"])
 
     def _answer(self, run_id: str, path: str, text: str) -> None:
         app = self.server.app
-        assert app.resumer is not None  # noqa: S101 - checked by do_POST
+        query = {"id": run_id}
         try:
             value = flag_value("--answer", path, text)
         except CliError as exc:
             refusal: str | None = str(exc)
         else:
-            refusal = app.resumer.answer(run_id, path, value)
+            if app.resumer is None:
+                refusal = app.save_answer(run_id, path, value)
+                query["saved"] = path
+            else:
+                refusal = app.resumer.answer(run_id, path, value)
         if refusal is None:
             self.send_response(HTTPStatus.SEE_OTHER)
-            self.send_header("Location", "/run?" + urlencode({"id": run_id}))
+            self.send_header("Location", "/run?" + urlencode(query))
             self._common_headers()
             self.send_header("Content-Length", "0")
             self.end_headers()

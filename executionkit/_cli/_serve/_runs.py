@@ -1,16 +1,21 @@
 """What the pages show of a location: its runs, each one's status, and one run in full.
 
-A run's status is one of four words, decided in this order:
+A run's status is one of five words, decided in this order:
 
 - ``running``: a live process holds the run's claim (`RunOwner`, from the
   store's ``owner``), or this server is resuming it now. Every bundled store
   claims a run while it runs, so a run in progress anywhere is seen here.
+- ``submitted``: the store's inbox holds the run, submitted to start
+  (`Workflow.submit`), and it has no checkpoint yet: a worker starts it.
 - ``failed``: no one runs it and its latest checkpoint records a failed step;
   or, when the workflow is known, it records neither every step nor a
   question: it stopped before its end (interrupted, or its process killed).
 - ``waiting``: no one runs it and questions wait for an answer.
 - ``finished``: none of the above. Without the workflow the page cannot tell a
   run that stopped early from one that ended, and says ``finished``.
+
+A run a worker left alone (`RunInbox.leave_alone`) keeps its status word; its
+row says it was left alone (`RunRow.left_alone`, the reason).
 
 The store is opened anew for each request and closed after it (`Source.reading`):
 a store keeps a connection per thread, and the server runs each request in a
@@ -39,8 +44,9 @@ if TYPE_CHECKING:
     from executionkit._owner import RunOwner
     from executionkit._prices import Prices  # noqa: TC004 - dataclass annotations stay strings
     from executionkit._workflow import Workflow  # noqa: TC004 - dataclass annotations stay strings
+    from executionkit.stores import RunInbox, Submission  # noqa: TC004 - likewise
 
-STATUSES = ("running", "waiting", "failed", "finished")
+STATUSES = ("running", "submitted", "waiting", "failed", "finished")
 
 
 class Unreadable(Exception):  # noqa: N818 - a page's message, not an error of the library
@@ -59,6 +65,7 @@ class RunRow:
     saved_at: str | None
     questions: tuple[str, ...]
     dollars: str | None = None  # with --prices: the run's bill, "$1.2345"
+    left_alone: str | None = None  # why a worker left the run alone, if one did
 
 
 @dataclass(slots=True)
@@ -67,16 +74,66 @@ class Reader:
 
     location: Location
     store: Any
+    _submitted: dict[str, Submission] | None = None
 
     def run_ids(self) -> list[str]:
-        """The runs the location holds, the most recently written first."""
+        """The runs the location holds, the most recently written first.
+
+        Runs submitted and not started yet (no checkpoint) come first, the
+        latest submitted first.
+        """
         if isinstance(self.location, FileLocation):
             checkpoint = self._file()
-            return [] if checkpoint is None else [checkpoint.run_id or ""]
+            if checkpoint is not None:
+                return [checkpoint.run_id or ""]
+            return list(self.submissions())[:1]  # a file holds one run
         if self.location.run_id is not None:
             return [self.location.run_id]
         found: list[str] = self._call(self.store.run_ids)
+        stored = set(found)
+        waiting = [run_id for run_id in self.submissions() if run_id not in stored]
+        return [*reversed(waiting), *found]
+
+    def submissions(self) -> dict[str, Submission]:
+        """The runs submitted to the store's inbox, by run id, the oldest first."""
+        if self._submitted is None:
+            inbox = self._inbox()
+            found = [] if inbox is None else self._call(inbox.submissions)
+            self._submitted = {submission.run_id: submission for submission in found}
+        return self._submitted
+
+    def left_alone(self) -> dict[str, str]:
+        """The runs a worker left alone, each with the reason."""
+        inbox = self._inbox()
+        found: dict[str, str] = {} if inbox is None else self._call(inbox.left_alone)
         return found
+
+    def submission(self, run_id: str) -> Submission | None:
+        """The submission of ``run_id`` in the store's inbox, or None."""
+        if self._submitted is not None:
+            return self._submitted.get(run_id)
+        inbox = self._inbox()
+        found: Submission | None = (
+            None if inbox is None else self._call(lambda: inbox.submission(run_id))
+        )
+        return found
+
+    def answers(self, run_id: str) -> dict[str, Any]:
+        """The answers saved in the inbox for ``run_id``'s questions, by question path."""
+        inbox = self._inbox()
+        found: dict[str, Any] = {} if inbox is None else self._call(lambda: inbox.answers(run_id))
+        return found
+
+    def save_answer(self, run_id: str, path: str, value: object) -> None:
+        """Save ``value`` in the inbox as the answer to ``path`` of ``run_id``; nothing runs."""
+        inbox = self._inbox()
+        if inbox is None:  # never: every store a location opens has one
+            raise Unreadable(f"{self.location.label}: its store keeps no inbox of answers")
+        self._call(lambda: inbox.save_answer(run_id, path, value))
+
+    def _inbox(self) -> RunInbox | None:
+        inbox: RunInbox | None = getattr(self.store, "inbox", None)
+        return inbox
 
     def load(self, run_id: str) -> WorkflowCheckpoint | None:
         """The latest checkpoint of ``run_id``; None if the location holds none."""
@@ -149,10 +206,12 @@ class Source:
             return self.location.store(history=history)
         return self.location.writer("serve", history=history)
 
-    def status(self, reader: Reader, run_id: str, checkpoint: WorkflowCheckpoint) -> str:
-        """``running``, ``waiting``, ``failed`` or ``finished``: see the module's docstring."""
+    def status(self, reader: Reader, run_id: str, checkpoint: WorkflowCheckpoint | None) -> str:
+        """One of `STATUSES`, as the module's docstring says (None: only submitted)."""
         if self.resuming(run_id) or reader.owner(run_id) is not None:
             return "running"
+        if checkpoint is None:
+            return "submitted"
         if checkpoint.errors:
             return "failed"
         if waiting_in(checkpoint) or waits_in(checkpoint):
@@ -166,12 +225,18 @@ class Source:
         return "finished"
 
     def rows(self, reader: Reader, run_ids: list[str]) -> list[RunRow]:
-        """A `RunRow` for each of ``run_ids`` that still has a checkpoint."""
+        """A `RunRow` for each of ``run_ids`` that has a checkpoint or a submission."""
         rows = []
         total = None if self.workflow is None else len(self.workflow.steps)
+        left = reader.left_alone()
         for run_id in run_ids:
             checkpoint = reader.load(run_id)
             if checkpoint is None:
+                if run_id in reader.submissions():
+                    status = self.status(reader, run_id, None)
+                    rows.append(
+                        RunRow(run_id, status, 0, total, 0, None, (), None, left.get(run_id))
+                    )
                 continue
             cost = checkpoint.cost
             rows.append(
@@ -184,6 +249,7 @@ class Source:
                     checkpoint.created_at,
                     tuple(waiting_in(checkpoint)),
                     None if self.prices is None else bill(checkpoint, self.prices)[2],
+                    left.get(run_id),
                 )
             )
         return rows
@@ -213,6 +279,46 @@ def bill(checkpoint: WorkflowCheckpoint, prices: Prices) -> tuple[str, dict[str,
         steps[top] = steps.get(top, 0) + amount
     steps_text = {name: dollars_text(amount) for name, amount in steps.items()}
     return text, steps_text, dollars_text(priced.total)
+
+
+@dataclass(frozen=True, slots=True)
+class CodeChange:
+    """A recorded step whose code changed since its output was recorded."""
+
+    step: str
+    recorded: str  # the fingerprint of the code that made the output
+    current: str  # the fingerprint of the step's code now
+    tokens: int  # what running it again would cost: its recorded attempts' tokens
+
+
+def code_changes(
+    workflow: Workflow, checkpoint: WorkflowCheckpoint, inputs: Mapping[str, Any]
+) -> list[CodeChange]:
+    """The steps a resume of ``checkpoint`` keeps though their code changed (`Workflow.plan`).
+
+    ``inputs`` are the run's (its submission's), if known: the plan needs the
+    initial context's keys only, and runs nothing. Empty when the plan refuses
+    the checkpoint (another workflow's run, say): the page then says nothing.
+    """
+    from executionkit._cli._inspect import code_changed  # noqa: PLC0415
+
+    context = {**dict.fromkeys(checkpoint.context_keys), **inputs}
+    try:
+        plan = workflow.plan(context, resume_from=checkpoint)
+    except Exception:  # noqa: BLE001 - whatever the plan refuses, the page shows no box
+        return []
+    if not plan.code_changed:
+        return []
+    prints = code_changed(checkpoint, workflow) or {}
+    return [
+        CodeChange(
+            name,
+            prints.get(name, {}).get("recorded", "?"),
+            prints.get(name, {}).get("current", "?"),
+            cost.input_tokens + cost.output_tokens,
+        )
+        for name, cost in plan.code_changed.items()
+    ]
 
 
 @dataclass(slots=True)

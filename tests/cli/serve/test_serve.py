@@ -249,16 +249,17 @@ def test_a_post_without_the_token_is_refused(waiting_db: tuple[str, SQLiteStore]
     assert flows.calls == {}
 
 
-def test_read_only_refuses_every_post_and_shows_the_command(
+def test_without_a_workflow_the_form_saves_and_other_posts_are_refused(
     waiting_db: tuple[str, SQLiteStore],
 ) -> None:
-    """Without --workflow no form is shown, the CLI command is, and a POST is refused (405)."""
+    """Without --workflow the form saves for a worker, the CLI command is shown too, and a
+    POST elsewhere than /answer is refused (405); answering itself: test_serve_inbox.py."""
     url, store = waiting_db
     with flows.serving(url) as served:
         status, _, page = _request(served.url, "/run?id=review")
         assert status == 200
-        assert "<form" not in page
-        assert 'name="token"' not in page
+        assert '<form method="post" action="/answer" class="answer">' in page
+        assert "nothing runs here: a worker resumes the run" in page
         assert "run serve_workflows:approval --checkpoint" not in page
         assert "--answer approve=VALUE" in page
         draft = page[page.index('data-step="draft"') :].split("</tr>")[0]
@@ -267,12 +268,13 @@ def test_read_only_refuses_every_post_and_shows_the_command(
         ), "attempts and tokens from the checkpoint's ledger"
         assert f"sqlite:///{Path(url.removeprefix('sqlite:///'))}?run_id=review" in page
         form = {"token": served.app.token, "run": "review", "path": "approve", "value": "yes"}
-        status, _, page = _request(served.url, "/answer", method="POST", form=form)
+        status, _, page = _request(served.url, "/elsewhere", method="POST", form=form)
         assert status == 405
-        assert "read-only" in page
+        assert "runs nothing" in page
     after = store.load("review")
     assert after is not None
     assert "approve" not in after.outputs
+    assert store.inbox.answers("review") == {}
 
 
 def test_every_page_has_a_strict_policy_and_no_inline_script(

@@ -31,6 +31,7 @@ from executionkit._cli._serve._html import status_word
 from executionkit._cli._serve._markup import Markup, html, join, markup
 from executionkit._cli._serve._runs import StepView
 from executionkit._cli._serve._svg import graph_svg
+from executionkit._terminal import show
 from executionkit.stores import SQLiteStore
 
 if TYPE_CHECKING:
@@ -397,7 +398,7 @@ def test_every_page_of_a_run_shows_hostile_text_as_text(
     assert f'data-live="{escape(_run_path(FAILED, live="1"))}"' in failed
     command = read_only_pages[_run_path(WAITING)]
     _check_html(command, shown=[shlex.quote(EVIL), shlex.quote(QUOTE)])
-    assert "<form" not in command
+    assert "a worker resumes the run" in command  # its forms save answers for a worker
     outputs = [page for path, page in pages.items() if path.startswith("/output?")]
     assert json.dumps(EVIL, indent=2, ensure_ascii=False) in outputs
     everything = "".join(seen)
@@ -433,7 +434,12 @@ def test_every_error_page_shows_hostile_text_as_text(
         _check_html(_html_page(url, "/", 500), shown=[f"RuntimeError: {EVIL}"])
     with flows.serving(hostile_db) as read_only:
         form = {"token": read_only.app.token, "run": WAITING, "path": QUOTE, "value": EVIL}
-        _check_html(_html_page(read_only.url, "/answer", 405, method="POST", form=form))
+        _check_html(_html_page(read_only.url, "/nowhere", 405, method="POST", form=form))
+        refused = {**form, "path": EVIL}  # no such question: refused, with the path named
+        _check_html(
+            _html_page(read_only.url, "/answer", 409, method="POST", form=refused),
+            shown=[show(EVIL), "nothing was saved"],
+        )
     unreadable = tmp_path / SCRIPT.replace("/", "") / "runs.json"
     unreadable.parent.mkdir()
     unreadable.write_text("{not json", encoding="utf-8")
