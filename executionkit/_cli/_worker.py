@@ -88,6 +88,7 @@ class Worker:
     _wake: asyncio.Event | None = None
     _names: frozenset[str] = frozenset()
     _reader: Any = None
+    _writer: Any = None  # the store its runs save to: one connection, shared by them
 
     def __post_init__(self) -> None:
         """Open the store it looks at the location through."""
@@ -122,6 +123,7 @@ class Worker:
                     await task
         finally:
             _close(self._reader)
+            _close(self._writer)
 
     async def step(self) -> list[str]:
         """Look at the location once and start every run that can go on; return their ids."""
@@ -263,12 +265,13 @@ class Worker:
     # --- carrying one run on ---------------------------------------------------------------
 
     async def _carry(self, job: Job) -> None:
-        store = self._open()
+        if self._writer is None:
+            self._writer = self._open()
+        store = self._writer
         inbox: RunInbox = store.inbox
         try:
             await self._run(job, store, inbox)
         finally:
-            _close(store)
             self._seen.pop(job.run_id, None)  # it moved, by this worker: not a sign of another
             self._running.pop(job.run_id, None)
             if self._wake is not None:
