@@ -61,6 +61,15 @@ def changed_code(
 def _feed(digest: Any, run: object, depth: int) -> bool:
     """Add what ``run`` is made of to ``digest``; whether it is code at all."""
     update = digest.update
+    wrapped = getattr(run, "__wrapped__", None)
+    if wrapped is not None and depth > 0:  # a decorator (functools.wraps): its function counts
+        return _feed(digest, wrapped, depth - 1) or _feed_own(digest, run, depth)
+    return _feed_own(digest, run, depth)
+
+
+def _feed_own(digest: Any, run: object, depth: int) -> bool:
+    """`_feed` of ``run`` itself, not of a function it wraps."""
+    update = digest.update
     if isinstance(run, functools.partial):
         update(b"partial\0")
         _feed(digest, run.func, depth - 1)

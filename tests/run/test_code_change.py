@@ -197,6 +197,34 @@ def test_what_a_fingerprint_covers() -> None:
     assert fingerprint(lambda ctx: huge) is not None
 
 
+def test_a_decorated_function_is_fingerprinted_by_the_function_it_wraps() -> None:
+    def traced(function: Any) -> Any:
+        @functools.wraps(function)
+        def wrapper(ctx: Any) -> Any:
+            return function(ctx)
+
+        return wrapper
+
+    def one(ctx: Any) -> int:
+        return 1
+
+    def two(ctx: Any) -> int:
+        return 2
+
+    assert fingerprint(traced(one)) == fingerprint(one)
+    assert fingerprint(traced(one)) != fingerprint(traced(two))
+
+    class Wrapper:
+        def __init__(self, inner: Any) -> None:
+            self.__wrapped__ = inner
+
+        def __call__(self, ctx: Any) -> Any:
+            return self.__wrapped__(ctx)
+
+    assert fingerprint(Wrapper(one)) == fingerprint(one)
+    assert fingerprint(Wrapper(3)) is not None  # wraps no code: the wrapper's own counts
+
+
 def test_a_fingerprint_is_the_same_in_another_process(
     tmp_path: Path, first_run: WorkflowCheckpoint
 ) -> None:
