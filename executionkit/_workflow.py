@@ -469,8 +469,14 @@ class Workflow:
         async def main() -> None:
             kept.append(await terminate_on_sigterm(self.run(*args, **kwargs)))
 
+        from executionkit import _clock  # noqa: PLC0415 - a test's clock may give the loop
+
         try:
-            asyncio.run(main())
+            if _clock.new_loop is None:
+                asyncio.run(main())
+            else:
+                with asyncio.Runner(loop_factory=_clock.new_loop) as runner:
+                    runner.run(main())
         except Terminated:
             raise SystemExit(TERMINATED_STATUS) from None
         return kept[0]

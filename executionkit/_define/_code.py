@@ -60,7 +60,6 @@ def changed_code(
 
 def _feed(digest: Any, run: object, depth: int) -> bool:
     """Add what ``run`` is made of to ``digest``; whether it is code at all."""
-    update = digest.update
     wrapped = getattr(run, "__wrapped__", None)
     if wrapped is not None and depth > 0:  # a decorator (functools.wraps): its function counts
         return _feed(digest, wrapped, depth - 1) or _feed_own(digest, run, depth)

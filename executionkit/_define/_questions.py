@@ -12,10 +12,11 @@ no two questions share a path whatever their names hold.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from executionkit import _clock
 from executionkit._errors import CheckpointMismatchError, RunArgumentError, did_you_mean
 from executionkit._paths import join_path, split_path
 from executionkit._plain import plain_copy
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
 def utc_now() -> datetime:
     """The time questions are asked and answers are checked at (tests replace it)."""
-    return datetime.now(UTC)
+    return _clock.utc_now()
 
 
 def asked(step: AskStep, question: object) -> MappingProxyType[str, Any]:

@@ -12,10 +12,10 @@ maps, questions, sub-workflows: `describe_rooms`). A run that ends builds its
 
 from __future__ import annotations
 
-import time
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from executionkit import _clock
 from executionkit._checkpoint._output_log import Extended
 from executionkit._checkpoint._value import trusted_checkpoint
 from executionkit._errors import error_text
@@ -71,7 +71,7 @@ class Snapshots:
             "_shared": record.shared,
             "_since": since,
             "_rows": rows,
-            "_ns": time.time_ns(),
+            "_ns": _clock.wall_ns(),
         }
         if rows != rows_since:
             fields["_rows_since"] = rows_since  # new_ledger: the rows since (none without)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from executionkit import _clock
 from executionkit._run._aio import wait_through
 from executionkit.events import (
     CodeChanged,
@@ -125,7 +125,7 @@ class Announcer:
 
         An ask step says `QuestionAsked` instead, once it has asked.
         """
-        self._began[position] = time.perf_counter()
+        self._began[position] = _clock.elapsed()
         if not asks:
             self.emit(StepStarted(self.run_id, self.names[position], 1))
 
@@ -156,7 +156,7 @@ class Announcer:
         self, position: int, key: str, began: float, cost: TokenUsage, done: int
     ) -> None:
         """An item of the map at ``position`` completed; ``done`` items are recorded."""
-        duration = time.perf_counter() - began
+        duration = _clock.elapsed() - began
         bill = None if self.bill is None else self.bill()
         name = self.names[position]
         self.emit(ItemFinished(self.run_id, name, key, duration, cost, done, bill))
@@ -165,7 +165,7 @@ class Announcer:
         self, position: int, key: str, began: float, error: Exception, usage: TokenUsage
     ) -> None:
         """An item of the map at ``position`` failed; its last attempt spent ``usage``."""
-        duration = time.perf_counter() - began
+        duration = _clock.elapsed() - began
         bill = None if self.bill is None else self.bill()
         name = self.names[position]
         self.emit(ItemFailed(self.run_id, name, key, duration, error, usage, bill))
@@ -173,7 +173,7 @@ class Announcer:
     def duration(self, position: int) -> float:
         """Seconds since the step at ``position`` began (0.0 if it never did)."""
         began = self._began.get(position)
-        return 0.0 if began is None else time.perf_counter() - began
+        return 0.0 if began is None else _clock.elapsed() - began
 
     def emit(self, event: Event) -> None:
         """Log ``event`` at debug level and hand it to the on_event callback.

@@ -26,9 +26,9 @@ import math
 import os
 import socket
 import threading
-import time
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from executionkit import _clock
 from executionkit._limits import LEASE, Shared, Ticket, Window
 
 if TYPE_CHECKING:
@@ -160,7 +160,7 @@ class Limiter:
         with _LOCK:
             if window.timed:
                 estimate = window.estimate(given) if window.limit.tokens is not None else 0
-                wait = window.wait(time.monotonic(), estimate)
+                wait = window.wait(_clock.monotonic(), estimate)
             else:  # concurrency alone: no clock, nothing to reserve
                 estimate = 0
                 wait = window.wait(0.0, 0)
@@ -183,7 +183,7 @@ class Limiter:
         with _LOCK:
             timed = window.timed
             estimate = window.estimate(given) if window.limit.tokens is not None else 0
-            now = time.monotonic() if timed else 0.0
+            now = _clock.monotonic() if timed else 0.0
             admitted = window.take_many(estimate, window.room(now, estimate, most))
             if len(admitted) < most:
                 wait = window.wait(now, estimate)
@@ -192,7 +192,7 @@ class Limiter:
     def start(self, ticket: Ticket) -> None:
         """The admitted attempt starts now: its place in the window counts from now."""
         if ticket.shared is not None:
-            ticket.started = time.time()
+            ticket.started = _clock.wall()
             if ticket.reserving:
                 self._change(ticket.window.limit.key, _started(ticket.shared))
             return
@@ -201,7 +201,7 @@ class Limiter:
             return
         window = ticket.window
         with _LOCK:  # a reserving ticket is of a sliding window: timed
-            window.start(ticket, time.monotonic())
+            window.start(ticket, _clock.monotonic())
             listeners = _LISTENERS.get(window.limit.key)
             waiting = tuple(listeners) if listeners else ()
         for listener in waiting:  # its place now ends at a known time
@@ -246,7 +246,7 @@ class Limiter:
             return
         keys = set()
         with _LOCK:
-            now = time.monotonic()
+            now = _clock.monotonic()
             for ticket, tokens in pending:
                 window = ticket.window
                 if ticket.started is None and ticket.starting:
@@ -330,7 +330,7 @@ class Limiter:
         window = ticket.window
         with _LOCK:
             if ticket.starting and ticket.started is None:  # ended before its stamp came
-                window.start(ticket, time.monotonic())
+                window.start(ticket, _clock.monotonic())
             window.done(ticket, tokens, limited=limited)
             listeners = _LISTENERS.get(window.limit.key) if _LISTENERS else None
             waiting = tuple(listeners) if listeners else ()
@@ -345,7 +345,7 @@ class Limiter:
             return paused
         window = self.windows[key]
         with _LOCK:
-            paused = window.pause(time.monotonic(), seconds)
+            paused = window.pause(_clock.monotonic(), seconds)
         _changed(key)
         return paused
 
@@ -356,7 +356,7 @@ class Limiter:
         limit = self.limits[key]
 
         def changed(state: object) -> tuple[object, _T]:
-            now = time.time()
+            now = _clock.wall()
             shared = Shared(limit, state, now)
             result = change(shared, now)
             return shared.dump(now), result

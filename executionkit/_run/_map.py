@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from executionkit import _clock
 from executionkit._record._items import MapDone, item_pairs
 from executionkit._run._aio import task_maker, wait_through
 from executionkit._run._outcome import FAILED, UNFINISHED, VALUE, Unfinished, caught
@@ -412,7 +412,7 @@ class _Driver:
         ready: asyncio.Future[None] | None = None,
         ticket: Ticket | None = None,
     ) -> None:
-        began = time.perf_counter()
+        began = _clock.elapsed()
         ending: Ending
         run = self.run_
         try:

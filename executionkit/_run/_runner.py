@@ -20,10 +20,10 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import heapq
-import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from executionkit import _clock
 from executionkit._checkpoint._fields import FORMAT_VERSION
 from executionkit._checkpoint._lineage import read_trace
 from executionkit._define._conditions import Conditions
@@ -174,7 +174,7 @@ class Run(Landing):
 
     async def execute(self) -> WorkflowResult:
         """Run every step not yet recorded; checkpoint as the schedule says."""
-        began = time.perf_counter()
+        began = _clock.elapsed()
         self._task = asyncio.current_task()
         if self._observed:
             self._start_announced()
@@ -512,7 +512,7 @@ class Run(Landing):
             more=self._more,
         )
         if self._observed:
-            self._announcer.run_ended(record, outcome, time.perf_counter() - began)
+            self._announcer.run_ended(record, outcome, _clock.elapsed() - began)
         settled = await checkpointer.settle() if checkpointer.unsettled else False
         checkpointer.close()
         if self._limiter is not None:

@@ -211,3 +211,15 @@ def test_workers_prints_the_look_and_throughput_tables_on_tiny_sizes() -> None:
     assert lines[5] == "throughput: 3 runs of 5 steps of 0 ms each"
     assert lines[8].startswith("| SQLite | 1 | ")
     assert len(lines) == 9
+
+
+def test_virtual_clock_prints_its_table() -> None:
+    """`virtual_clock.py` runs the month-long workflow on a clock, twice."""
+    command = [sys.executable, str(ROOT / "benchmarks" / "virtual_clock.py"), "--repeat", "2"]
+    done = subprocess.run(  # noqa: S603 - our own interpreter and script
+        command, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "| real seconds, median | real seconds, worst | time passed on the clock |"
+    assert lines[2].endswith(" | 37 days, 0:0" + lines[2].split(" | 37 days, 0:0")[1])

@@ -37,6 +37,7 @@ PACKAGE = ROOT / "executionkit"
 # (the faces' folders share the faces' layer).
 LEAVES = frozenset(
     {
+        "_clock",
         "_errors",
         "_owner",
         "_paths",
@@ -50,7 +51,7 @@ LEAVES = frozenset(
     }
 )
 FACADE = frozenset({"__init__", "_workflow", "workflow"})
-FACES = frozenset({"__main__", "otel", "progress", "stores", "conformance", "_cli"})
+FACES = frozenset({"__main__", "otel", "progress", "stores", "conformance", "testing", "_cli"})
 LAYERS = ("leaves", "_checkpoint", "_define", "_resume", "_record", "_run", "façade", "faces")
 PURE = frozenset({"leaves", "_checkpoint", "_define", "_resume", "_record"})
 
