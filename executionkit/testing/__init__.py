@@ -2,6 +2,9 @@
 
 Standard library only, and nothing in the core imports it:
 
+- `crash_test`: the crash right after every checkpoint a run hands over, each
+  resumed to its end and checked against the uninterrupted run (outputs,
+  nothing recorded started again, every token counted once);
 - `VirtualClock`: time that passes only while a run waits, so a 30-day
   `Step.wait`, a week's deadline and a hundred retry backoffs take
   milliseconds, with the clock's times in checkpoints and events.
@@ -10,5 +13,6 @@ Standard library only, and nothing in the core imports it:
 from __future__ import annotations
 
 from executionkit.testing._clock import VirtualClock
+from executionkit.testing._crash import CrashPoint, CrashReport, crash_test
 
-__all__ = ["VirtualClock"]
+__all__ = ["CrashPoint", "CrashReport", "VirtualClock", "crash_test"]
