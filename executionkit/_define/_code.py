@@ -29,6 +29,7 @@ __all__ = ["changed_code", "fingerprint"]
 
 _PRIMITIVES = (str, bytes, int, float, complex, bool, type(None), type(Ellipsis))
 _DEPTH = 4
+_HOPS = 8  # decorators followed through __wrapped__, at most (a cycle ends here)
 """How deep functions closed over (or partials of partials) are followed."""
 
 
@@ -58,11 +59,11 @@ def changed_code(
     return changed
 
 
-def _feed(digest: Any, run: object, depth: int) -> bool:
+def _feed(digest: Any, run: object, depth: int, hops: int = _HOPS) -> bool:
     """Add what ``run`` is made of to ``digest``; whether it is code at all."""
     wrapped = getattr(run, "__wrapped__", None)
-    if wrapped is not None and depth > 0:  # a decorator (functools.wraps): its function counts
-        return _feed(digest, wrapped, depth - 1) or _feed_own(digest, run, depth)
+    if wrapped is not None and hops > 0:  # a decorator (functools.wraps): its function counts
+        return _feed(digest, wrapped, depth, hops - 1) or _feed_own(digest, run, depth)
     return _feed_own(digest, run, depth)
 
 

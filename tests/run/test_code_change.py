@@ -212,7 +212,14 @@ def test_a_decorated_function_is_fingerprinted_by_the_function_it_wraps() -> Non
         return 2
 
     assert fingerprint(traced(one)) == fingerprint(one)
+    assert fingerprint(traced(traced(one))) == fingerprint(one)
     assert fingerprint(traced(one)) != fingerprint(traced(two))
+    nested = {"a": [{"b": [1, 2]}]}  # deep data in a closure: counted the same through a wrapper
+
+    def deep(ctx: Any) -> Any:
+        return nested
+
+    assert fingerprint(traced(deep)) == fingerprint(deep)
 
     class Wrapper:
         def __init__(self, inner: Any) -> None:
