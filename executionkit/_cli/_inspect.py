@@ -17,11 +17,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from executionkit._checkpoint._lineage import lineage_dict
 from executionkit._cli._exits import EXIT_OK, CliError
 from executionkit._cli._load import load_workflow
-from executionkit._cli._location import PASSWORD, DatabaseLocation, FileLocation, parse_location
+from executionkit._cli._location import (
+    PASSWORD,
+    DatabaseLocation,
+    FileLocation,
+    cli_errors,
+    parse_location,
+)
 from executionkit._cli._maps import failed_items, items_text, recorded_steps, unfinished_maps
 from executionkit._cli._prices import dollars, dollars_lines, load_prices
 from executionkit._cli._questions import expired, now, question_block
-from executionkit._cli._text import error_text, invocation, json_document, out, preview
+from executionkit._cli._text import invocation, json_document, out, preview
 from executionkit._define._questions import waiting_in
 from executionkit._define._waits import waits_in
 from executionkit._terminal import one_line, show
@@ -214,21 +220,12 @@ _T = TypeVar("_T")
 
 def _read_inbox(location: Location, read: Callable[[RunInbox], _T]) -> _T:
     """``read(inbox)`` of the store's inbox at ``location``; its errors as a `CliError`."""
-    from executionkit._errors import ExecutionKitError  # noqa: PLC0415
-
     store: Any = (
         location.store() if isinstance(location, DatabaseLocation) else location.writer("inspect")
     )
     try:
-        return read(store.inbox)
-    except (ExecutionKitError, OSError, ValueError) as exc:
-        msg = f"{location.label}: {error_text(exc)}"
-        raise CliError(msg) from None
-    except Exception as exc:  # a driver's own error: one line, never a traceback
-        if type(exc).__module__.split(".")[0] not in {"sqlite3", "psycopg"}:
-            raise
-        msg = f"{location.label}: {error_text(exc)}"
-        raise CliError(msg) from None
+        with cli_errors(location.label):
+            return read(store.inbox)
     finally:
         close = getattr(store, "close", None)
         if callable(close):

@@ -20,6 +20,7 @@ and ``load_seq`` loads one of them (a JSON file keeps only its latest).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from executionkit._cli._load import load_checkpoint, load_lines_checkpoint
 from executionkit._cli._text import error_text
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from executionkit._checkpoint._value import WorkflowCheckpoint
     from executionkit._owner import RunOwner
@@ -265,19 +266,31 @@ class DatabaseLocation:
         return found
 
     def _call(self, read: Callable[[_Database], Any]) -> Any:
-        from executionkit._errors import ExecutionKitError  # noqa: PLC0415
-
         store = self.store()
-        try:
+        with cli_errors(self.label):
             return read(store)
-        except (ExecutionKitError, OSError) as exc:
-            msg = f"{self.label}: {error_text(exc)}"
-            raise CliError(msg) from None
-        except Exception as exc:  # a driver's own error: one line, never a traceback
-            if type(exc).__module__.split(".")[0] not in {"sqlite3", "psycopg"}:
-                raise
-            msg = f"{self.label}: {error_text(exc)}"
-            raise CliError(msg) from None
+
+
+@contextlib.contextmanager
+def cli_errors(label: str) -> Iterator[None]:
+    """Turn what reading the location ``label`` raised into one `CliError` naming it.
+
+    Ours (`ExecutionKitError`), the OS's, a bad value's, and a database driver's
+    own errors (sqlite3, psycopg): one line, never a traceback. Anything else
+    is a bug, and propagates.
+    """
+    from executionkit._errors import ExecutionKitError  # noqa: PLC0415
+
+    try:
+        yield
+    except (ExecutionKitError, OSError, ValueError) as exc:
+        msg = f"{label}: {error_text(exc)}"
+        raise CliError(msg) from None
+    except Exception as exc:
+        if type(exc).__module__.split(".")[0] not in {"sqlite3", "psycopg"}:
+            raise
+        msg = f"{label}: {error_text(exc)}"
+        raise CliError(msg) from None
 
 
 Location = FileLocation | DatabaseLocation

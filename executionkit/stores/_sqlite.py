@@ -260,15 +260,11 @@ class SQLiteStore:
             raise ValueError(msg)
         header = self._sql.codec.header(checkpoint)  # before creating the database file
         plan = self._sql.plan(run_id, checkpoint, header)
-        with self._connect() as connection:
-            if id(connection) not in self._wal:
-                self._use_wal(connection)
-            connection.execute("BEGIN IMMEDIATE")
-            with connection:  # commits, or rolls back if anything raises
-                known = None if plan is None else self._next(connection, plan)
-                if known is None:  # not the run's next, or the stored run changed
-                    self._create(connection)
-                    known = self._sql.save(connection, checkpoint, run_id, header)
+        with self._immediate() as connection:
+            known = None if plan is None else self._next(connection, plan)
+            if known is None:  # not the run's next, or the stored run changed
+                self._create(connection)
+                known = self._sql.save(connection, checkpoint, run_id, header)
         self._sql.committed(known)
 
     def limit_state(self, key: str, change: Callable[[object], tuple[object, _T]]) -> _T:
@@ -283,15 +279,11 @@ class SQLiteStore:
         returns the new state and the result, under ``BEGIN IMMEDIATE``: no
         other process changes the row meanwhile.
         """
-        with self._connect() as connection:
-            if id(connection) not in self._wal:
-                self._use_wal(connection)
-            connection.execute("BEGIN IMMEDIATE")
-            with connection:  # commits, or rolls back if anything raises
-                connection.execute(LIMITS_TABLE)
-                row = connection.execute(LIMITS_READ, (key,)).fetchone()
-                new, result = change(None if row is None else json.loads(row[0]))
-                connection.execute(LIMITS_WRITE, (key, json.dumps(new)))
+        with self._immediate() as connection:
+            connection.execute(LIMITS_TABLE)
+            row = connection.execute(LIMITS_READ, (key,)).fetchone()
+            new, result = change(None if row is None else json.loads(row[0]))
+            connection.execute(LIMITS_WRITE, (key, json.dumps(new)))
         return result
 
     def _next(self, connection: sqlite3.Connection, plan: NextSave) -> Known | None:
@@ -484,14 +476,23 @@ class SQLiteStore:
         return seq is not None and seq >= 0
 
     def _inbox_write(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        with self._immediate() as connection:
+            self._create(connection)
+            connection.execute(INBOX_TABLE)
+            return work(connection)
+
+    @contextlib.contextmanager
+    def _immediate(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection in WAL mode, in a ``BEGIN IMMEDIATE`` transaction.
+
+        The block's work is committed when it ends, or rolled back if it raises.
+        """
         with self._connect() as connection:
             if id(connection) not in self._wal:
                 self._use_wal(connection)
             connection.execute("BEGIN IMMEDIATE")
-            with connection:  # commits, or rolls back if anything raises
-                self._create(connection)
-                connection.execute(INBOX_TABLE)
-                return work(connection)
+            with connection:
+                yield connection
 
     def _inbox_read(self, work: Callable[[sqlite3.Connection], _T]) -> _T | None:
         with self._reading() as connection:
