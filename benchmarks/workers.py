@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib
 import os
 import statistics
 import subprocess
@@ -116,7 +117,7 @@ def throughput(location: str, store: Any, runs: int, workers: int, folder: Path)
     """Seconds until ``workers`` processes finished ``runs`` submitted runs."""
     (folder / "bench_flow.py").write_text(FLOW, encoding="utf-8")
     sys.path.insert(0, str(folder))
-    import bench_flow  # noqa: PLC0415 - written just now
+    bench_flow = importlib.import_module("bench_flow")  # written just now
 
     for index in range(runs):
         bench_flow.workflow.submit(store, run_id=f"w{workers}-{index}")

@@ -6,6 +6,7 @@ runs completed saved.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
@@ -202,8 +203,7 @@ def test_a_signal_stops_the_worker_with_what_its_runs_completed_saved(
     here: Path, signum: int, code: int
 ) -> None:
     store = SQLiteStore(here / "runs.db")
-    from inbox_flow import stuck  # noqa: PLC0415 - the module the test wrote
-
+    stuck = importlib.import_module("inbox_flow").stuck  # the module the test wrote
     stuck.submit(store, run_id="s")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(here)])}
     worker = subprocess.Popen(
