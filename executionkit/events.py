@@ -45,6 +45,7 @@ __all__ = [
     "StepRetried",
     "StepSkipped",
     "StepStarted",
+    "StepStreamed",
     "WaitingForLimit",
 ]
 
@@ -288,6 +289,29 @@ class StepRetried(Event):
     item: str | None = None
     usage: TokenUsage = field(default_factory=TokenUsage)
     dollars: Decimal | None = None
+
+
+@dataclass(frozen=True)
+class StepStreamed(Event):
+    """A piece of a running attempt's output, sent by `StepContext.stream` as it arrives.
+
+    Model tokens as a client streams them, for a person to read while the step
+    runs. Never checkpointed: the step's output is still its return value. Each
+    attempt streams its own text: an event with a higher ``attempt`` than the
+    text shown so far starts a new text (a retry never continues the failed
+    attempt's).
+
+    Attributes:
+        step: The step's name.
+        attempt: The attempt streaming (1 for the first).
+        text: This piece, to append to the attempt's text so far.
+        item: In a map step, the item's key; None otherwise.
+    """
+
+    step: str
+    attempt: int
+    text: str
+    item: str | None = None
 
 
 @dataclass(frozen=True)

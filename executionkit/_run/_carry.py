@@ -51,6 +51,10 @@ class _Collect:
         del name, key, attempt
         self.spent.append((model, usage))
 
+    def stream(self, name: str, key: str | None, attempt: int, text: str) -> None:
+        """Streamed text cannot reach the run from another process: dropped."""
+        del name, key, attempt, text
+
 
 class Returned:
     """A result that comes back with the usage reported while computing it."""

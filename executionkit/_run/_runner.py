@@ -110,7 +110,7 @@ class Run(Landing):
             context=options.context,
             outputs=record.outputs,
             run_id=record.run_id,
-            host=StepHost(record, checkpointer),
+            host=StepHost(record, checkpointer, announcer),
             checkpointer=checkpointer,
             executor=options.executor or plain_threads(),
             grace=options.stop_grace,

@@ -22,6 +22,8 @@ class _Host(Protocol):
         self, name: str, key: str | None, attempt: int, usage: TokenUsage, model: str | None
     ) -> None: ...
 
+    def stream(self, name: str, key: str | None, attempt: int, text: str) -> None: ...
+
 
 class StepContext:
     """The identity and progress of the step that is running now.
@@ -112,6 +114,28 @@ class StepContext:
             msg = f"step {self.name!r}: add_usage(model=...) must be a str or None, got {got}"
             raise TypeError(msg)
         self._host.add_usage(self.name, self.item_key, self.attempt, usage, model)
+
+    def stream(self, text: str) -> None:
+        """Send a piece of this attempt's output as it arrives: model tokens, say.
+
+        Listeners get it at once as a `StepStreamed` event (``on_event``, the
+        page of ``executionkit serve``); it is never checkpointed, and the
+        step's output is still what it returns. Call it from the step itself
+        or a thread it runs in; pieces of one thread arrive in order. A retry
+        streams afresh: its events carry its own attempt number. In a process
+        or Dask executor, the pieces are dropped.
+
+        Args:
+            text: The piece, appended to what this attempt streamed so far.
+
+        Raises:
+            TypeError: If ``text`` is not a str.
+        """
+        if type(text) is not str:
+            msg = f"step {self.name!r}: stream() takes a str, got {type(text).__name__}"
+            raise TypeError(msg)
+        if text:
+            self._host.stream(self.name, self.item_key, self.attempt, text)
 
     def save_progress(self, value: object) -> asyncio.Future[None]:
         """Record ``value`` as this step's progress and have it checkpointed.

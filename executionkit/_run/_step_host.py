@@ -11,16 +11,19 @@ plays that part besides its own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from executionkit._plain import plain_copy
 from executionkit._run._checkpointer import retrieve
+from executionkit.events import StepStreamed
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from executionkit._record._record import Record
+    from executionkit._run._announcer import Announcer
     from executionkit._run._checkpointer import Checkpointer
     from executionkit._types import TokenUsage
 
@@ -28,21 +31,43 @@ if TYPE_CHECKING:
 class StepHost:
     """The run as the steps it runs see it, through `current_step()`."""
 
-    __slots__ = ("_checkpointer", "_loop", "_record", "add_usage")
+    __slots__ = ("_announcer", "_checkpointer", "_loop", "_record", "_run_id", "add_usage")
 
-    def __init__(self, record: Record, checkpointer: Checkpointer) -> None:
+    def __init__(
+        self, record: Record, checkpointer: Checkpointer, announcer: Announcer | None = None
+    ) -> None:
         """Serve the steps of the run that keeps ``record`` and saves through ``checkpointer``.
 
         Made on the run's event loop, which the record belongs to.
         """
         self._record = record
         self._checkpointer = checkpointer
+        self._announcer = announcer
+        self._run_id = record.run_id
         self._loop = asyncio.get_running_loop()
         # Usage reported by the running attempt of a step (item): straight into the
         # ledger, which any thread may add to (one call less per report).
         self.add_usage: Callable[[str, str | None, int, TokenUsage, str | None], None] = (
             record.ledger.add
         )
+
+    def stream(self, name: str, key: str | None, attempt: int, text: str) -> None:
+        """Hand a running attempt's streamed ``text`` to the run's listeners, on the loop.
+
+        Nothing is kept: with no listener it is dropped at once. From a plain
+        step's thread the event is handed to the loop (in order, per thread);
+        after the run ended, dropped.
+        """
+        announcer = self._announcer
+        if announcer is None or not announcer.observed:
+            return
+        event = StepStreamed(self._run_id, name, attempt, text, key)
+        loop = self._loop
+        if _running_loop() is loop:
+            announcer.emit(event)
+            return
+        with contextlib.suppress(RuntimeError):  # the run has ended and its loop closed
+            loop.call_soon_threadsafe(announcer.emit, event)
 
     def progress_of(self, name: str) -> Any:
         """Return the progress value ``name`` saved last, or None."""
