@@ -44,6 +44,7 @@ from executionkit import (
     WorkflowFailed,
     current_step,
 )
+from executionkit.events import Event, StepFinished, StepRetried, StepStreamed
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_MODEL = "gpt-4o-mini"
@@ -177,12 +178,16 @@ class ChatClient:
         api_key: Sent as ``Authorization: Bearer ...``; ``None`` sends none.
         model: The ``model`` field of every request.
         timeout: Seconds to wait for the connection and for each read.
+        stream: Ask for the answer as a stream of pieces, each handed to
+            ``current_step().stream`` as it arrives (a person watching the run
+            reads it grow); the step's output is still the whole answer.
     """
 
     base_url: str
     api_key: str | None = field(default=None, repr=False)
     model: str = DEFAULT_MODEL
     timeout: float = 120.0
+    stream: bool = False
     endpoint: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -197,6 +202,7 @@ class ChatClient:
         api_key: str | None = None,
         model: str | None = None,
         timeout: float = 120.0,
+        stream: bool = False,
     ) -> ChatClient:
         """Build a client from the arguments given, else from the environment.
 
@@ -208,6 +214,7 @@ class ChatClient:
             api_key=api_key or os.environ.get("OPENAI_API_KEY") or None,
             model=model or os.environ.get("OPENAI_MODEL") or DEFAULT_MODEL,
             timeout=timeout,
+            stream=stream,
         )
 
     async def complete(
@@ -246,7 +253,11 @@ class ChatClient:
             headers["Authorization"] = f"Bearer {self.api_key}"
         if idempotency_key:
             headers["Idempotency-Key"] = idempotency_key
-        payload = json.dumps({"model": self.model, "messages": messages, **options}).encode()
+        fields: dict[str, Any] = {"model": self.model, "messages": messages, **options}
+        if self.stream:
+            fields.update(stream=True, stream_options={"include_usage": True})
+            headers["Accept"] = "text/event-stream"
+        payload = json.dumps(fields).encode()
         body = await asyncio.to_thread(self._post, payload, headers)
         usage = usage_from_response(body, self.endpoint)
         model = body.get("model")
@@ -271,6 +282,8 @@ class ChatClient:
         request = urllib.request.Request(endpoint, data=payload, headers=headers, method="POST")  # noqa: S310 - scheme checked by endpoint_for
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 - same
+                if self.stream:
+                    return _streamed(response, endpoint)
                 raw = response.read()
         except urllib.error.HTTPError as error:
             with error:
@@ -303,6 +316,52 @@ class ChatClient:
     def _timed_out(self) -> RetryableChatAPIError:
         msg = f"POST {self.endpoint} timed out after {self.timeout:g} s"
         return RetryableChatAPIError(msg, status=None, endpoint=self.endpoint)
+
+
+def _streamed(response: Any, endpoint: str) -> dict[str, Any]:
+    """Read a server-sent event stream of chunks; hand each piece of text on as it arrives.
+
+    Returns the whole answer shaped as a non-streamed response (``choices``,
+    ``usage``, ``model``, ``id``), so the rest of `ChatClient.complete` reads
+    it as one. Runs in the request's thread, whose context has the step's
+    `current_step` (``asyncio.to_thread`` copies it).
+    """
+    try:
+        step = current_step()
+    except RuntimeError:
+        step = None
+    pieces: list[str] = []
+    body: dict[str, Any] = {}
+    for chunk in _chunks(response, endpoint):
+        for key in ("id", "model", "usage"):
+            if chunk.get(key) is not None:
+                body[key] = chunk[key]
+        for choice in chunk.get("choices") or []:
+            text = (choice.get("delta") or {}).get("content")
+            if isinstance(text, str) and text:
+                pieces.append(text)
+                if step is not None:
+                    step.stream(text)
+    body["choices"] = [{"index": 0, "message": {"role": "assistant", "content": "".join(pieces)}}]
+    return body
+
+
+def _chunks(response: Any, endpoint: str) -> Any:
+    """Each JSON chunk of a server-sent event stream, until ``data: [DONE]``."""
+    for raw in response:
+        line = raw.decode("utf-8").strip()
+        if not line.startswith("data:"):
+            continue  # blank separators, comments, event names
+        data = line[len("data:") :].strip()
+        if data == "[DONE]":
+            return
+        try:
+            yield json.loads(data)
+        except ValueError:
+            msg = f"POST {endpoint}: a streamed chunk is not JSON: {_error_detail(raw)}"
+            raise ChatAPIError(msg, status=200, endpoint=endpoint) from None
+    msg = f"POST {endpoint}: the stream ended before its last chunk (data: [DONE])"
+    raise RetryableChatAPIError(msg, status=None, endpoint=endpoint)
 
 
 # --- the workflow ---------------------------------------------------------------------------
@@ -396,7 +455,20 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", help=f"default: $OPENAI_MODEL or {DEFAULT_MODEL}")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
     parser.add_argument("--checkpoint", type=Path, help="JSON file to save to and resume from")
+    parser.add_argument(
+        "--stream", action="store_true", help="print each answer to stderr as it arrives"
+    )
     return parser
+
+
+def _show_stream(event: Event) -> None:
+    """Print streamed text to stderr as it arrives; a new attempt starts a new line."""
+    if isinstance(event, StepStreamed):
+        if event.text:
+            sys.stderr.write(event.text)
+            sys.stderr.flush()
+    elif isinstance(event, (StepRetried, StepFinished)):
+        sys.stderr.write("\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -404,7 +476,11 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     document = args.document.read_text(encoding="utf-8") if args.document else SAMPLE_DOCUMENT
     client = ChatClient.from_env(
-        base_url=args.base_url, api_key=args.api_key, model=args.model, timeout=args.timeout
+        base_url=args.base_url,
+        api_key=args.api_key,
+        model=args.model,
+        timeout=args.timeout,
+        stream=args.stream,
     )
     path: Path | None = args.checkpoint
     resume_from = None
@@ -418,7 +494,10 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         result = build_workflow().run_sync(
-            {"llm": client, "document": document}, checkpoint_fn=save, resume_from=resume_from
+            {"llm": client, "document": document},
+            checkpoint_fn=save,
+            resume_from=resume_from,
+            on_event=_show_stream if args.stream else None,
         )
     except WorkflowFailed as failed:
         print(failed, file=sys.stderr)

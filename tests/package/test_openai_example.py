@@ -36,9 +36,9 @@ DOCUMENT = "The ferry timetable changes in May. Two crossings are added on Sunda
 API_KEY = "sk-test-key"
 WAIT = 10.0  # seconds: the bound on every wait, so a broken test fails instead of hanging
 
-Action: TypeAlias = int | Literal["no-usage", "not-json", "no-text", "hang"]
+Action: TypeAlias = int | Literal["no-usage", "not-json", "no-text", "hang", "cut"]
 """What the server does with one request: answer with that status, omit usage, send a
-non-JSON page, answer (with usage) but without text, or hang."""
+non-JSON page, answer (with usage) but without text, hang, or (streaming) stop mid-stream."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +130,9 @@ class _Handler(BaseHTTPRequestHandler):
         if seen.action == "not-json":
             self._send(HTTPStatus.OK, "<html>Bad gateway page</html>")
             return
+        if body.get("stream"):
+            self._stream(seen, body)
+            return
         answer: dict[str, Any] = {
             "id": f"chatcmpl-{seen.number}",
             "object": "chat.completion",
@@ -147,6 +150,27 @@ class _Handler(BaseHTTPRequestHandler):
         if seen.action == "no-text":
             answer["choices"][0]["message"]["content"] = None
         self._send(HTTPStatus.OK, answer)
+
+    def _stream(self, seen: Seen, body: dict[str, Any]) -> None:
+        """The answer as server-sent events: a chunk per word, then the usage, then [DONE]."""
+        self.send_response(HTTPStatus.OK)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        words_of = reply(body).split(" ")
+        pieces = [word if index == 0 else f" {word}" for index, word in enumerate(words_of)]
+        base = {"id": f"chatcmpl-{seen.number}", "model": body["model"]}
+        for index, piece in enumerate(pieces):
+            if seen.action == "cut" and index == 2:
+                self.wfile.flush()
+                return
+            chunk = {**base, "choices": [{"index": 0, "delta": {"content": piece}}]}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.flush()
+        self.wfile.write(
+            f"data: {json.dumps({**base, 'choices': [], 'usage': seen.usage})}\n\n".encode()
+        )
+        self.wfile.write(b"data: [DONE]\n\n")
 
     def _send(
         self, status: int, payload: dict[str, Any] | str, headers: dict[str, str] | None = None
@@ -221,6 +245,33 @@ def step_of(request: Seen) -> str:
 
 
 # --- the workflow end to end ----------------------------------------------------------------
+
+
+async def test_streaming_hands_each_piece_to_the_run_and_a_retry_starts_afresh(
+    api: FakeChatAPI, client: example.ChatClient
+) -> None:
+    from dataclasses import replace  # noqa: PLC0415
+
+    from executionkit.events import StepStreamed  # noqa: PLC0415
+
+    streaming = replace(client, stream=True)
+    api.plan("cut")  # the first answer stops after two pieces: retried, streamed afresh
+    events: list[Any] = []
+    result = await example.build_workflow(retry_delay=0).run(
+        context(streaming), on_event=events.append
+    )
+    seen = api.requests()
+    assert all(request.body["stream"] is True for request in seen)
+    texts: dict[tuple[str, int], str] = {}
+    for event in events:
+        if isinstance(event, StepStreamed):
+            key = (event.step, event.attempt)
+            texts[key] = texts.get(key, "") + event.text
+    for name in ("summarize", "critique", "revise"):
+        last = max(attempt for step, attempt in texts if step == name)
+        assert texts[name, last] == result.outputs[name]  # the whole answer, once
+    assert texts["summarize", 1] == " ".join(result.outputs["summarize"].split(" ")[:2])
+    assert result.cost == usage_sum([request for request in seen if request.action != "cut"])
 
 
 async def test_the_workflow_runs_end_to_end_and_costs_the_sum_of_the_usage_blocks(

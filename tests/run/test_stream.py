@@ -75,7 +75,11 @@ def test_map_items_and_sub_workflows_stream_under_their_own_names() -> None:
         current_step().stream(f"item {value}")
         return value
 
-    inner = Workflow([Step("say", lambda ctx: current_step().stream("inside") or "said")])
+    def say(ctx: Any) -> str:
+        current_step().stream("inside")
+        return "said"
+
+    inner = Workflow([Step("say", say)])
     flow = Workflow(
         [
             Step("items", lambda ctx: [1, 2]),
