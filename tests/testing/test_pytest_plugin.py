@@ -102,3 +102,21 @@ def test_the_checkpoint_fixture_names_an_output_that_is_not_json(tmp_path: Path)
     done = _pytest(tmp_path)
     assert done.returncode == 1
     assert "cannot be written as JSON: the output of step 's'" in done.stdout
+
+
+def test_the_checkpoint_list_in_this_process() -> None:
+    """The fixture's list itself, measured here (the subprocesses above are not)."""
+    from executionkit import Step, Workflow  # noqa: PLC0415
+    from executionkit.testing.pytest_plugin import Checkpoints  # noqa: PLC0415
+
+    kept = Checkpoints()
+    Workflow([Step("a", lambda ctx: (1, 2)), Step("b", lambda ctx: 3)]).run_sync(
+        checkpoint_fn=kept
+    )
+    assert kept.last.outputs["b"] == 3
+    assert len(kept) >= 1
+    bad = Checkpoints()
+    import pytest  # noqa: PLC0415
+
+    with pytest.raises(Exception, match="cannot be written as JSON: the output of step 's'"):
+        Workflow([Step("s", lambda ctx: {1})]).run_sync(checkpoint_fn=bad)
