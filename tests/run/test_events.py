@@ -590,6 +590,7 @@ EVENT_SAMPLES: list[ev.Event] = [
     ev.StepSkipped(RUN_ID, "a", "condition is_long returned False"),
     ev.StepStarted(RUN_ID, "a", 1),
     ev.StepRetried(RUN_ID, "a", 1, ValueError("x"), 0.5),
+    ev.StepStreamed(RUN_ID, "a", 1, "tokens"),
     ev.StepFinished(RUN_ID, "a", 0.1, TokenUsage()),
     ev.StepFailed(RUN_ID, "a", 0.1, ValueError("x")),
     ev.MapStarted(RUN_ID, "m", 3, 1),
