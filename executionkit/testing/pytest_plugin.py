@@ -116,7 +116,7 @@ def ek_cassette(request: pytest.FixtureRequest) -> Cassette:
 
     folder = request.path.parent / "cassettes" / request.path.stem
     name = _UNSAFE.sub("_", request.node.name).strip("_") or "test"
-    record = bool(request.config.getoption("--ek-record"))
+    record = bool(request.config.getoption("--ek-record", default=False))
     if record:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"{name}.jsonl").unlink(missing_ok=True)

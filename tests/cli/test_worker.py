@@ -403,3 +403,39 @@ async def test_a_run_over_its_budget_is_left_alone_not_retried(
     saved = store.load("spender")
     assert saved is not None
     assert saved.outputs["costly"] == "spent"  # what it paid for is kept
+
+
+async def test_serve_carries_runs_until_cancelled(tmp_path: Path, clock: Clock) -> None:
+    done: dict[str, asyncio.Event] = {"x": asyncio.Event(), "y": asyncio.Event()}
+
+    def finish(ctx: Any) -> str:
+        done[ctx["who"]].set()
+        return f"done {ctx['who']}"
+
+    flow = Workflow([Step("finish", finish)], inputs=("who",))
+    store = SQLiteStore(tmp_path / "runs.db")
+    for who in done:
+        flow.submit(store, {"who": who}, run_id=who)
+    made = worker(f"sqlite:///{tmp_path}/runs.db", flow, poll=0.05)
+    serving = asyncio.create_task(made.serve())
+    await asyncio.wait_for(asyncio.gather(*(event.wait() for event in done.values())), 30)
+    await made.settle()
+    serving.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await serving
+    for who in done:
+        saved = store.load(who)
+        assert saved is not None
+        assert saved.outputs["finish"] == f"done {who}"
+
+
+def test_the_command_refuses_bad_numbers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from executionkit._cli import main  # noqa: PLC0415
+
+    base = ["worker", f"sqlite:///{tmp_path}/runs.db", "--workflow", "nowhere:flow"]
+    assert main([*base, "--concurrency", "0"]) == 2
+    assert "--concurrency must be 1 or more, got 0" in capsys.readouterr().err
+    assert main([*base, "--poll", "0"]) == 2
+    assert "--poll must be a number of seconds above 0" in capsys.readouterr().err
