@@ -1,12 +1,15 @@
 """``executionkit serve``: a local page to watch the runs of a location and answer their questions.
 
 Standard library only: `http.server` serves pages rendered here (`_html`, with
-the graph drawn as SVG by `_svg`) from what the store holds (`_runs`: its
-checkpoints, and its inbox of submitted runs, saved answers and runs a worker
-left alone); with ``--workflow``, answers given on a page resume their run in
-this process (`_answers`), without it they are saved in the inbox for a worker
-(`App.save_answer`). `_http` checks every request (its ``Host``, a POST's token)
-and `_app` builds the pages. The stylesheet and the script live in ``assets/``.
+the graph drawn as SVG by `_svg`; the pages across runs, `_pages`) from what the
+store holds (`_runs`: its checkpoints, and its inbox of submitted runs, saved
+answers and runs a worker left alone; `_survey`: every run's latest checkpoint
+at a glance, read for each request; `_compare`: two runs side by side;
+`_money`: a run's dollars with ``--prices``); with ``--workflow``, answers given
+on a page resume their run in this process (`_answers`), without it they are
+saved in the inbox for a worker (`App.save_answer`). `_http` checks every
+request (its ``Host``, a POST's token) and `_app` builds the pages. The
+stylesheet and the script live in ``assets/``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,18 @@
 """What a server serves: the pages of its location, built for each request from the store.
 
+Every page reads the location anew (a `Survey` of every run's latest checkpoint:
+the questions waiting that the header counts, the runs' statuses, the forks of
+a run) and keeps nothing of it after the request. The pages: the runs
+(`App.runs_page`, filtered by status and run id), one run (`App.run_page`), the
+questions waiting (`App.questions_page`), two runs compared (`App.compare_page`)
+and an output (`App.output`).
+
 Without ``--workflow`` an answer given on a page is saved in the store's inbox
 (`App.save_answer`, through `RunInbox.save_answer`) once its question is found
 pending in the run's latest checkpoint; nothing runs in the server: a worker
-(``executionkit worker``) resumes the run with it.
+(``executionkit worker``) resumes the run with it. An answer refused either way
+is kept a while under an id (`Refusals`), for the page the refusal redirects
+to (``/run?id=RUN&refused=ID``) to show it, however often it is reloaded.
 """
 
 from __future__ import annotations
@@ -11,14 +20,18 @@ from __future__ import annotations
 import json
 import secrets
 import shlex
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from executionkit._cli._location import DatabaseLocation, _without_password
 from executionkit._cli._serve._answers import RunEvents, Tracker
+from executionkit._cli._serve._compare import compare
 from executionkit._cli._serve._html import (
     InboxView,
     RunPage,
+    RunsFilter,
     SubmittedPage,
     header,
     run_main,
@@ -26,6 +39,9 @@ from executionkit._cli._serve._html import (
     submitted_main,
 )
 from executionkit._cli._serve._http import PER_PAGE, page_count
+from executionkit._cli._serve._markup import html
+from executionkit._cli._serve._money import money
+from executionkit._cli._serve._pages import compare_main, lineage_box, money_box, questions_main
 from executionkit._cli._serve._runs import (
     Unreadable,
     bill,
@@ -34,6 +50,7 @@ from executionkit._cli._serve._runs import (
     ledger_by_step,
     step_views,
 )
+from executionkit._cli._serve._survey import RunsQuery, survey
 from executionkit._cli._text import invocation
 from executionkit._define._questions import waiting_in
 from executionkit._terminal import show
@@ -41,8 +58,56 @@ from executionkit._terminal import show
 if TYPE_CHECKING:
     from executionkit._checkpoint._value import WorkflowCheckpoint
     from executionkit._cli._serve._answers import Resumer  # noqa: TC004 - dataclass annotations stay strings
-    from executionkit._cli._serve._markup import Markup
+    from executionkit._cli._serve._markup import Markup  # noqa: TC004 - dataclass annotations stay strings
     from executionkit._cli._serve._runs import Reader, Source  # noqa: TC004 - dataclass annotations stay strings
+
+KEPT_REFUSALS = 256  # refusals kept for the pages they redirect to, the oldest dropped first
+
+
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """A page as `App` builds it: its main part, its title, whether it is live.
+
+    ``waiting``: how many questions wait in the location, for the header (None: not read).
+    """
+
+    main: Markup
+    title: str
+    live: bool
+    waiting: int | None = None
+
+
+class Refusals:
+    """The answers refused lately, each under an id of its own, for the page showing it.
+
+    An answer refused is redirected to its run's page with the refusal's id
+    (never its text: a link cannot make the page say anything), so that a
+    reload shows it again and never posts the answer again. The last
+    `KEPT_REFUSALS` are kept; an older or unknown id shows nothing.
+    """
+
+    def __init__(self, kept: int = KEPT_REFUSALS) -> None:
+        """Keep the last ``kept`` refusals."""
+        self._kept = kept
+        self._lock = threading.Lock()
+        self._refusals: OrderedDict[str, tuple[str, str]] = OrderedDict()
+
+    def keep(self, run_id: str, text: str) -> str:
+        """Keep the refusal ``text`` of an answer to ``run_id``; its id."""
+        key = secrets.token_urlsafe(9)
+        with self._lock:
+            self._refusals[key] = (run_id, text)
+            while len(self._refusals) > self._kept:
+                self._refusals.popitem(last=False)
+        return key
+
+    def get(self, run_id: str, key: str | None) -> str | None:
+        """The refusal ``key`` of an answer to ``run_id``; None if not kept (or another run's)."""
+        if key is None:
+            return None
+        with self._lock:
+            found = self._refusals.get(key)
+        return None if found is None or found[0] != run_id else found[1]
 
 
 @dataclass
@@ -55,23 +120,62 @@ class App:
     tracker: Tracker = field(default_factory=Tracker)
     token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     hosts: frozenset[str] = frozenset()
+    refusals: Refusals = field(default_factory=Refusals)
 
     @property
     def header(self) -> Markup:
-        """The bar at the top of every page, as markup."""
-        return header(self.source.location.label, self.workflow_spec)
+        """The bar at the top of a page that read nothing (an error): no count of questions."""
+        return self.header_of(None)
 
-    def runs_page(self, page: int) -> tuple[Markup, str, bool]:
-        """The runs page ``page``: its main part (markup), its title (text), whether it is live."""
+    def header_of(self, waiting: int | None) -> Markup:
+        """The bar at the top of a page, with how many questions wait (None: not known)."""
+        return header(self.source.location.label, self.workflow_spec, waiting)
+
+    def runs_page(self, query: RunsQuery) -> Shown:
+        """The runs page: the runs of ``query``'s status and search, a page, newest first."""
         with self.source.reading() as reader:
-            run_ids = reader.run_ids()
-            pages = page_count(len(run_ids))
-            page = min(page, pages)
-            shown = run_ids[(page - 1) * PER_PAGE : page * PER_PAGE]
-            rows = self.source.rows(reader, shown)
-        main = runs_main(rows, page=page, pages=pages, count=len(run_ids))
+            found = survey(self.source, reader, priced=True)
+        searched = found.searched(query.search)
+        counts = found.counts(searched)
+        chosen = [
+            summary
+            for summary in searched
+            if query.status is None or summary.row.status == query.status
+        ]
+        pages = page_count(len(chosen))
+        page = min(query.page, pages)
+        rows = [summary.row for summary in chosen[(page - 1) * PER_PAGE : page * PER_PAGE]]
+        shown = RunsFilter(query.status, query.search, counts, len(found.runs))
+        main = runs_main(rows, page=page, pages=pages, count=len(chosen), shown=shown)
         live = any(row.status == "running" for row in rows)
-        return main, "executionkit runs", live
+        return Shown(main, "executionkit runs", live, found.waiting)
+
+    def questions_page(self) -> Shown:
+        """Every question waiting in the location, the oldest asked first, with its form."""
+        with self.source.reading() as reader:
+            found = survey(self.source, reader)
+            answers = reader.all_answers() if self.resumer is None else {}
+        questions = found.questions()
+        main = questions_main(questions, self.token, answers, saves=self.resumer is None)
+        live = bool(questions) or any(summary.row.status == "running" for summary in found.runs)
+        return Shown(main, "questions waiting", live, found.waiting)
+
+    def compare_page(self, first: str, second: str) -> Shown:
+        """Runs ``first`` and ``second`` side by side, step by step."""
+        with self.source.reading() as reader:
+            a = self._load(reader, first)
+            b = self._load(reader, second)
+            found = survey(self.source, reader, {first: a, second: b})
+        statuses = {summary.run_id: summary.row.status for summary in found.runs}
+        comparison = compare(
+            (first, statuses.get(first, "finished"), a),
+            (second, statuses.get(second, "finished"), b),
+            self.source.prices,
+        )
+        live = "running" in (statuses.get(first), statuses.get(second))
+        return Shown(
+            compare_main(comparison), f"compare {first} with {second}", live, found.waiting
+        )
 
     def run_page(
         self,
@@ -80,15 +184,20 @@ class App:
         *,
         message: str | None = None,
         saved: str | None = None,
-    ) -> tuple[Markup, str, bool]:
-        """One run's page (``child``: a sub-workflow of it in progress), as `runs_page` gives.
+        refused: str | None = None,
+    ) -> Shown:
+        """One run's page (``child``: a sub-workflow of it in progress).
 
-        ``saved``: the question whose answer this page's form has just saved.
+        ``saved``: the question whose answer this page's form has just saved;
+        ``refused``: the id of the refusal of an answer to the run, to show.
         """
+        message = self.refusals.get(page_id, refused) or message
         with self.source.reading() as reader:
             root = reader.load(page_id)
+            found = survey(self.source, reader, {page_id: root})
             if root is None:
-                return self._submitted_page(reader, page_id, child, message)
+                shown = self._submitted_page(reader, page_id, child, message)
+                return Shown(shown.main, shown.title, shown.live, found.waiting)
             status = self.source.status(reader, page_id, root)
             owner = reader.owner(page_id)
             left = reader.left_alone().get(page_id) if child is None else None
@@ -99,9 +208,27 @@ class App:
         events = self.tracker.of(page_id) if child is None else RunEvents()
         running = {name for name, seen in events.steps.items() if seen.running}
         workflow = self.source.workflow if child is None else None
-        steps = step_views(checkpoint, workflow, dict.fromkeys(running), events.failed_items)
+        steps = step_views(
+            checkpoint,
+            workflow,
+            dict.fromkeys(running),
+            events.failed_items,
+            run_running=status == "running",
+        )
         prices = self.source.prices
-        text, dollars = (None, {}) if prices is None else bill(checkpoint, prices)[:2]
+        text: str | None = None
+        dollars: dict[str, str] = {}
+        bills = html("")
+        if prices is not None:
+            priced = checkpoint.spending.priced(prices)
+            text, dollars = bill(checkpoint, prices, priced)[:2]
+            bills = money_box(money(checkpoint, prices, priced))
+        lineage = lineage_box(
+            page_id,
+            root.lineage if child is None else {},
+            found.forks_of(page_id) if child is None else [],
+            parent_here=root.lineage.get("parent_run_id") in found.run_ids(),
+        )
         questions = waiting_in(checkpoint)
         saved_answers = {path: value for path, value in answers.items() if path in questions}
         inbox = None
@@ -134,9 +261,11 @@ class App:
             dollars,
             inbox,
             changes,
+            lineage,
+            bills,
         )
         title = f"run {page_id}" if child is None else f"run {page_id} / {child}"
-        return run_main(page), title, status == "running"
+        return Shown(run_main(page), title, status == "running", found.waiting)
 
     def save_answer(self, page_id: str, path: str, value: object) -> str | None:
         """Save ``value`` in the inbox as the answer to ``path`` of run ``page_id``; run nothing.
@@ -166,7 +295,7 @@ class App:
 
     def _submitted_page(
         self, reader: Reader, page_id: str, child: str | None, message: str | None
-    ) -> tuple[Markup, str, bool]:
+    ) -> Shown:
         """The page of a run submitted and not started (no checkpoint); else `LookupError`."""
         submission = reader.submission(page_id)
         if submission is None:
@@ -190,7 +319,7 @@ class App:
             inbox,
             message,
         )
-        return submitted_main(page), f"run {page_id}", status == "running"
+        return Shown(submitted_main(page), f"run {page_id}", status == "running")
 
     def output(self, page_id: str, step: str, child: str | None) -> str:
         """The output of ``step`` of the run, whole, as indented JSON text."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -60,20 +61,49 @@ def document(title: str, header: Markup, main: Markup, *, live: str | None = Non
     )
 
 
-def header(label: str, workflow: str | None) -> Markup:
-    """The bar on every page: home, the location, and what answering a question does."""
+def header(label: str, workflow: str | None, waiting: int | None = None) -> Markup:
+    """The bar on every page: home, the inbox, the location, what answering a question does.
+
+    ``waiting``: how many questions wait, for the inbox's link (None: not known).
+    """
     mode = (
         f"answering with {workflow}"
         if workflow is not None
         else "answers are saved for a worker (start with --workflow MODULE:ATTR to resume "
         "runs here)"
     )
+    inbox = "questions" if waiting is None else f"questions waiting: {waiting:,}"
     return html(
         '<a class="home" href="/">executionkit runs</a>'
+        '<a class="inbox-link" href="/questions">{}</a>'
         '<span class="location">{}</span><span class="mode">{}</span>',
+        inbox,
         label,
         mode,
     )
+
+
+def moment(text: str | None) -> Markup:
+    """A time as people read it, ``2026-12-02 09:00:05 UTC``, the full ISO text in its title.
+
+    A ``<time>`` element: its ``datetime`` and ``title`` hold the time as recorded
+    (UTC ISO 8601, microseconds included). Text that is not such a time is shown
+    as it is; None is ``-``.
+    """
+    if text is None:
+        return html("-")
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        return markup(text)
+    when = when.astimezone(UTC) if when.tzinfo is not None else when.replace(tzinfo=UTC)
+    shown = when.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return html('<time datetime="{}" title="{}">{}</time>', text, text, shown)
+
+
+def breakable(name: str) -> Markup:
+    """A step name or run id that a narrow cell may wrap after its underscores, never mid-word."""
+    return join(name.split("_"), html("_<wbr>"))
 
 
 def status_word(status: str) -> Markup:
@@ -81,26 +111,114 @@ def status_word(status: str) -> Markup:
     return html('<span class="status status-{}">{}</span>', status, status)
 
 
-def run_link(page_id: str, text: str | None = None, **more: str) -> Markup:
+def run_link(page_id: str, text: object = None, **more: str) -> Markup:
     """A link to the page of run ``page_id`` (``more``: ``child``)."""
     query = urlencode({"id": page_id, **more})
     return html('<a href="/run?{}">{}</a>', query, page_id if text is None else text)
 
 
-def runs_main(rows: Sequence[RunRow], *, page: int, pages: int, count: int) -> Markup:
-    """The runs page: one row per run, newest first, a page of them at a time."""
-    if not rows:
+def compare_link(a: str, b: str, text: str = "compare") -> Markup:
+    """A link to the comparison of run ``a`` with run ``b``."""
+    return html('<a href="/compare?{}">{}</a>', urlencode({"a": a, "b": b}), text)
+
+
+@dataclass(frozen=True, slots=True)
+class RunsFilter:
+    """What the runs page shows of the location: a status (None: all) and a run id search."""
+
+    status: str | None = None
+    search: str = ""
+    counts: Mapping[str, int] = field(default_factory=dict)  # runs by status, searched
+    total: int = 0  # every run of the location
+
+    def query(self, **more: object) -> str:
+        """The runs page's query string for this filter and ``more`` (``page=2``)."""
+        given: dict[str, object] = {}
+        if self.status is not None:
+            given["status"] = self.status
+        if self.search:
+            given["q"] = self.search
+        given.update(more)
+        return urlencode({key: value for key, value in given.items() if value is not None})
+
+
+def runs_main(
+    rows: Sequence[RunRow],
+    *,
+    page: int,
+    pages: int,
+    count: int,
+    shown: RunsFilter | None = None,
+) -> Markup:
+    """The runs page: one row per run, newest first, a page of them at a time.
+
+    ``shown``: the status and search that chose ``count`` runs, and the counts of
+    each status, linked above the table.
+    """
+    shown = shown or RunsFilter(total=count)
+    if not shown.total:
         return html("<h1>Runs</h1><p>No run saved here yet.</p>")
-    priced = any(row.dollars is not None for row in rows)
+    if shown.status is None and not shown.search:
+        said = f"{count:,} run{'' if count == 1 else 's'}, newest first."
+    else:
+        chosen = [] if shown.status is None else [f"status {shown.status}"]
+        if shown.search:
+            chosen.append(f"run id containing {shown.search!r}")
+        said = f"{count:,} of {shown.total:,} runs ({', '.join(chosen)}), newest first."
+    if not rows:
+        table = html('<p class="nothing">No run matches.</p>')
+    else:
+        priced = any(row.dollars is not None for row in rows)
+        table = html(
+            '<table class="runs"><thead><tr><th>run</th><th>status</th><th>steps done</th>'
+            "<th>tokens</th>{}<th>last checkpoint</th><th>questions waiting</th></tr></thead>"
+            "<tbody>{}</tbody></table>",
+            html("<th>dollars</th>") if priced else html(""),
+            join(_run_row(row, priced=priced) for row in rows),
+        )
     return html(
-        "<h1>Runs</h1><p>{}</p>"
-        '<table class="runs"><thead><tr><th>run</th><th>status</th><th>steps done</th>'
-        "<th>tokens</th>{}<th>last checkpoint</th><th>questions waiting</th></tr></thead>"
-        "<tbody>{}</tbody></table>{}",
-        f"{count:,} run{'' if count == 1 else 's'}, newest first.",
-        html("<th>dollars</th>") if priced else html(""),
-        join(_run_row(row, priced=priced) for row in rows),
-        _pager(page, pages),
+        "<h1>Runs</h1>{}{}<p>{}</p>{}{}",
+        _status_links(shown),
+        _search_form(shown),
+        said,
+        table,
+        _pager(page, pages, shown),
+    )
+
+
+def _status_links(shown: RunsFilter) -> Markup:
+    """The links choosing a status (or all), each with how many runs have it."""
+    links = []
+    everything = RunsFilter(None, shown.search)
+    every = sum(shown.counts.values())
+    for status, query, number in (
+        (None, everything.query(), every),
+        *(
+            (name, RunsFilter(name, shown.search).query(), shown.counts.get(name, 0))
+            for name in shown.counts
+        ),
+    ):
+        word = "all" if status is None else status
+        current = html(' class="current"') if status == shown.status else html("")
+        href = f"/?{query}" if query else "/"
+        links.append(html('<a href="{}"{}>{}</a> ({})', href, current, word, f"{number:,}"))
+    return html('<nav class="filters" aria-label="runs by status">{}</nav>', join(links, " · "))
+
+
+def _search_form(shown: RunsFilter) -> Markup:
+    """The small form searching run ids (keeping the status chosen)."""
+    status = (
+        html("")
+        if shown.status is None
+        else html('<input type="hidden" name="status" value="{}">', shown.status)
+    )
+    return html(
+        '<form method="get" action="/" class="search" role="search">{}'
+        '<label for="run-search">run id contains</label>'
+        '<input type="search" id="run-search" name="q" value="{}" autocomplete="off">'
+        '<button type="submit">Search</button></form>',
+        status,
+        shown.search,
     )
 
 
@@ -113,25 +231,25 @@ def _run_row(row: RunRow, *, priced: bool = False) -> Markup:
     return html(
         '<tr><td class="run-id">{}</td><td>{}</td><td>{}</td><td class="number">{}</td>'
         "{}<td>{}</td><td>{}</td></tr>",
-        run_link(row.run_id, row.run_id or _NO_RUN_ID),
+        run_link(row.run_id, breakable(row.run_id or _NO_RUN_ID)),
         status,
         f"{row.done}{'' if row.total is None else f' of {row.total}'}",
         f"{row.tokens:,}",
         dollars,
-        row.saved_at or "-",
+        moment(row.saved_at),
         join(row.questions, ", ") or "-",
     )
 
 
-def _pager(page: int, pages: int) -> Markup:
+def _pager(page: int, pages: int, shown: RunsFilter) -> Markup:
     """The links to the newer and older pages of runs, if there is more than one."""
     if pages <= 1:
         return html("")
     links: list[object] = [f"page {page} of {pages}"]
     if page > 1:
-        links.insert(0, html('<a href="/?page={}">newer</a>', page - 1))
+        links.insert(0, html('<a href="/?{}">newer</a>', shown.query(page=page - 1)))
     if page < pages:
-        links.append(html('<a href="/?page={}">older</a>', page + 1))
+        links.append(html('<a href="/?{}">older</a>', shown.query(page=page + 1)))
     return html('<nav class="pager">{}</nav>', join(links, " · "))
 
 
@@ -155,6 +273,8 @@ class RunPage:
     dollars: Mapping[str, str] = field(default_factory=dict)  # and each step's
     inbox: InboxView | None = None  # what the inbox holds of the run; None: nothing to show
     code_changes: Sequence[CodeChange] = ()  # with --workflow: recorded steps whose code changed
+    lineage: Markup = NOTHING  # where a fork came from, and the forks made of this run
+    money: Markup = NOTHING  # with --prices: dollars by step and by model
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +311,7 @@ def run_main(run: RunPage) -> Markup:
     facts: list[tuple[str, object]] = [
         ("status", status_word(run.status)),
         ("claimed by", run.owner or "nobody"),
-        ("checkpoint", f"seq {checkpoint.seq}, saved {checkpoint.created_at or '-'}"),
+        ("checkpoint", html("seq {}, saved {}", checkpoint.seq, moment(checkpoint.created_at))),
         (
             "tokens",
             (
@@ -205,7 +325,7 @@ def run_main(run: RunPage) -> Markup:
         facts.append(("dollars", run.bill))
     timers = waits_in(checkpoint)
     if timers:
-        due = [html("{} at {}", path, moment.isoformat()) for path, moment in timers.items()]
+        due = [html("{} at {}", path, moment(when.isoformat())) for path, when in timers.items()]
         facts.append(("waiting until", join(due, "; ")))
     failed = [
         html('<a href="#step-{}">{}</a>', number, step.name)
@@ -224,6 +344,7 @@ def run_main(run: RunPage) -> Markup:
     ]
     if run.message is not None:
         parts.append(html('<p class="message" role="alert">{}</p>', run.message))
+    parts.append(run.lineage)
     if run.inbox is not None:
         parts.append(_inbox_notes(run.inbox))
     if run.code_changes:
@@ -232,6 +353,7 @@ def run_main(run: RunPage) -> Markup:
         parts.append(_questions(run))
     parts.append(html('<h2>Graph</h2><div class="graph-box">{}</div>', graph_svg(run.steps)))
     parts.append(_steps_table(run))
+    parts.append(run.money)
     return join(parts)
 
 
@@ -245,7 +367,7 @@ def submitted_main(run: SubmittedPage) -> Markup:
     facts: list[tuple[str, object]] = [
         ("status", status_word(run.status)),
         ("claimed by", run.owner or "nobody"),
-        ("submitted", f"submitted at {run.submitted_at}, {started}"),
+        ("submitted", html("submitted at {}, {}", moment(run.submitted_at), started)),
     ]
     if run.input_keys:
         keys = join(run.input_keys, ", ")
@@ -311,21 +433,6 @@ def _questions(run: RunPage) -> Markup:
     saves = run.inbox is not None and run.inbox.saves
     saved = {} if run.inbox is None else run.inbox.answers
     for number, (path, entry) in enumerate(run.questions.items()):
-        question = entry["question"]
-        if isinstance(question, str):
-            shown = html('<p class="question">{}</p>', question)
-        else:
-            shown = html('<pre class="question">{}</pre>', json.dumps(question, indent=2))
-        expires = entry.get("expires_at")
-        asked = f"asked {entry.get('asked_at') or '-'}" + (
-            f", expires {expires}" if expires else ", never expires"
-        )
-        answered = NOTHING
-        if path in saved:
-            answered = html(
-                '<p class="saved-answer">answer saved, waiting for a worker: <code>{}</code></p>',
-                json.dumps(saved[path], ensure_ascii=False),
-            )
         command = f"{run.answer_command} --answer {shlex.quote(path)}=VALUE"
         terminal = html(
             '<p class="cli">Answer {} from a terminal:</p><pre><code>{}</code></pre>',
@@ -333,7 +440,14 @@ def _questions(run: RunPage) -> Markup:
             command,
         )
         if run.child is None:
-            form = _answer_form(run, number, path, saves=saves, replaces=path in saved)
+            form = answer_form(
+                run.token,
+                run.page_id,
+                path,
+                f"answer-{number}",
+                saves=saves,
+                replaces=path in saved,
+            )
             if saves:
                 terminal = html(
                     '<p class="cli">Or answer it from a terminal, resuming the run there:</p>'
@@ -345,20 +459,55 @@ def _questions(run: RunPage) -> Markup:
             form = terminal
         parts.append(
             html(
-                '<section class="ask"><h3>{}</h3><p class="asked">{}</p>{}{}{}</section>',
+                '<section class="ask"><h3>{}</h3>{}{}{}</section>',
                 path,
-                asked,
-                shown,
-                answered,
+                question_body(entry),
+                saved_answer(saved, path),
                 form,
             )
         )
     return join(parts)
 
 
-def _answer_form(run: RunPage, number: int, path: str, *, saves: bool, replaces: bool) -> Markup:
-    """The form answering ``path``: it resumes the run here, or (``saves``) saves the answer."""
-    field = f"answer-{number}"
+def question_body(entry: Mapping[str, Any]) -> Markup:
+    """When a question was asked, its deadline, and the question itself."""
+    question = entry["question"]
+    if isinstance(question, str):
+        shown = html('<p class="question">{}</p>', question)
+    else:
+        shown = html('<pre class="question">{}</pre>', json.dumps(question, indent=2))
+    expires = entry.get("expires_at")
+    deadline = html(", expires {}", moment(expires)) if expires else html(", never expires")
+    return html(
+        '<p class="asked">asked {}{}</p>{}', moment(entry.get("asked_at")), deadline, shown
+    )
+
+
+def saved_answer(saved: Mapping[str, Any], path: str) -> Markup:
+    """The answer saved in the inbox for ``path``, waiting for a worker, if there is one."""
+    if path not in saved:
+        return NOTHING
+    return html(
+        '<p class="saved-answer">answer saved, waiting for a worker: <code>{}</code></p>',
+        json.dumps(saved[path], ensure_ascii=False),
+    )
+
+
+def answer_form(
+    token: str,
+    page_id: str,
+    path: str,
+    field_id: str,
+    *,
+    saves: bool,
+    replaces: bool,
+    back: str | None = None,
+) -> Markup:
+    """The form answering ``path`` of run ``page_id``: resumes the run, or (``saves``) saves.
+
+    ``field_id`` is its text field's id, unique on the page; ``back``: the page to come
+    back to once answered (``questions``), else the run's.
+    """
     if not saves:
         hint = html('read as JSON (true, 3, {"a": 1}), else as the text itself')
     elif replaces:
@@ -371,22 +520,26 @@ def _answer_form(run: RunPage, number: int, path: str, *, saves: bool, replaces:
             'read as JSON (true, 3, {"a": 1}), else as the text itself; it is saved, and '
             "nothing runs here: a worker resumes the run"
         )
+    returning = (
+        NOTHING if back is None else html('<input type="hidden" name="back" value="{}">', back)
+    )
     return html(
         '<form method="post" action="/answer" class="answer">'
         '<input type="hidden" name="token" value="{}">'
         '<input type="hidden" name="run" value="{}">'
-        '<input type="hidden" name="path" value="{}">'
+        '<input type="hidden" name="path" value="{}">{}'
         '<label for="{}">{}</label>'
         '<input type="text" id="{}" name="value" autocomplete="off" required>'
         '<button type="submit">Answer</button>'
         '<p class="hint">{}</p>'
         "</form>",
-        run.token,
-        run.page_id,
+        token,
+        page_id,
         path,
-        field,
+        returning,
+        field_id,
         path,
-        field,
+        field_id,
         hint,
     )
 
@@ -405,7 +558,7 @@ def _steps_table(run: RunPage) -> Markup:
                 '<td class="number">{}</td><td>{}{}{}</td><td class="error">{}</td></tr>',
                 number,
                 step.name,
-                step.name,
+                breakable(step.name),
                 step.kind,
                 status_word(step.status),
                 _attempts(run, step),
@@ -437,15 +590,23 @@ def _attempts(run: RunPage, step: StepView) -> str:
     return "-" if recorded is None or not recorded.attempts else str(recorded.attempts)
 
 
-def _tokens(run: RunPage, step: StepView) -> str:
-    """The step's tokens, as text: from the ledger (with the wasted part), else its events."""
+def _tokens(run: RunPage, step: StepView) -> Markup:
+    """The step's tokens: from the ledger (wasted part, attempts of unknown usage), else events."""
     recorded = run.ledger.get(step.name)
     dollars = run.dollars.get(step.name)
     if recorded is not None:
         wasted = f" ({recorded.wasted:,} wasted)" if recorded.wasted else ""
-        return f"{recorded.tokens:,}{wasted}" + ("" if dollars is None else f", {dollars}")
+        text = f"{recorded.tokens:,}{wasted}" + ("" if dollars is None else f", {dollars}")
+        if not recorded.unknown:
+            return markup(text)
+        unknown = recorded.unknown
+        return html(
+            '{}<span class="unknown-usage">{}</span>',
+            text,
+            f"{unknown:,} attempt{'' if unknown == 1 else 's'} of unknown usage",
+        )
     seen = run.events.steps.get(step.name)
-    return "-" if seen is None or seen.tokens is None else f"{seen.tokens:,}"
+    return markup("-" if seen is None or seen.tokens is None else f"{seen.tokens:,}")
 
 
 def _output(run: RunPage, step: StepView) -> Markup:
@@ -471,6 +632,8 @@ def _items(step: StepView) -> Markup:
     if items is None:
         return html("")
     done = f"{items.recorded:,}" + ("" if items.total is None else f" of {items.total:,}")
+    if items.finished:
+        return html('<p class="items">{} items</p>', done)
     failed = html("")
     if items.failed:
         more = len(items.failed) - SHOWN_FAILED_KEYS

@@ -1,13 +1,19 @@
 """The HTTP side: routes, the checks every request passes, and the headers every answer has.
 
-- ``GET /``: the runs, 50 a page (``?page=N``); ``GET /run?id=ID``: one run
-  (``&child=PATH``: a sub-workflow in progress); ``GET /output?id=ID&step=NAME``:
-  one output whole, as JSON text. ``&live=1`` on the first two gives what the
-  page's script polls: ``{"live": bool, "html": main}``.
-- ``POST /answer``: answers a question (fields ``token``, ``run``, ``path``, ``value``):
-  with ``--workflow`` the run resumes here; without, the answer is saved in the
-  store's inbox for a worker (`App.save_answer`) and the page says so
-  (``/run?id=ID&saved=PATH``).
+- ``GET /``: the runs, 50 a page (``?page=N``), of one status (``&status=waiting``)
+  and whose id holds a text (``&q=TEXT``); ``GET /run?id=ID``: one run
+  (``&child=PATH``: a sub-workflow in progress); ``GET /questions``: every
+  question waiting, the oldest asked first, each with its form;
+  ``GET /compare?a=ID&b=ID``: two runs side by side; ``GET /output?id=ID&step=NAME``:
+  one output whole, as JSON text. ``&live=1`` on a page gives what the page's
+  script polls: ``{"live": bool, "html": main, "header": header}``.
+- ``POST /answer``: answers a question (fields ``token``, ``run``, ``path``, ``value``,
+  and ``back=questions`` to come back to the inbox): with ``--workflow`` the run
+  resumes here; without, the answer is saved in the store's inbox for a worker
+  (`App.save_answer`) and the page says so (``/run?id=ID&saved=PATH``). Every
+  answer is redirected (303) to a page to GET, refused ones too: to the run's
+  page with the refusal's id (``/run?id=ID&refused=KEY``, `Refusals`), so that a
+  reload never posts the answer again.
 - A request whose ``Host`` header is not the address served is refused (DNS
   rebinding); a POST without the server's token is refused; without
   ``--workflow`` every POST but ``/answer`` is refused as read-only.
@@ -29,12 +35,13 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 from executionkit._cli._exits import CliError
 from executionkit._cli._questions import flag_value
 from executionkit._cli._serve._html import document, message_main
-from executionkit._cli._serve._markup import Markup, html
+from executionkit._cli._serve._markup import html
 from executionkit._cli._serve._runs import Unreadable
+from executionkit._cli._serve._survey import RunsQuery
 from executionkit._cli._text import error_text, say
 
 if TYPE_CHECKING:
-    from executionkit._cli._serve._app import App
+    from executionkit._cli._serve._app import App, Shown
 
 PER_PAGE = 50
 _MAX_BODY = 1 << 20
@@ -113,19 +120,8 @@ class Handler(BaseHTTPRequestHandler):
             key: values[-1]
             for key, values in parse_qs(parts.query, keep_blank_values=True).items()
         }
-        app = self.server.app
         try:
-            if parts.path == "/":
-                self._page(*app.runs_page(_page_number(query.get("page"))), query)
-            elif parts.path == "/run" and "id" in query:
-                shown = app.run_page(query["id"], query.get("child"), saved=query.get("saved"))
-                self._page(*shown, query)
-            elif parts.path == "/output" and "id" in query and "step" in query:
-                self._output(app.output(query["id"], query["step"], query.get("child")))
-            elif parts.path.startswith("/assets/"):
-                self._asset(parts.path.removeprefix("/assets/"))
-            else:
-                self._error(HTTPStatus.NOT_FOUND, "Not found", f"nothing at {parts.path}")
+            self._route(parts.path, query)
         except Unreadable as exc:
             self._error(HTTPStatus.INTERNAL_SERVER_ERROR, "Cannot read the location", str(exc))
         except LookupError as exc:
@@ -133,6 +129,27 @@ class Handler(BaseHTTPRequestHandler):
         except Exception as exc:  # noqa: BLE001 - a bug of ours or a store's: a page, a line
             say(f"{parts.path}: {error_text(exc)}")
             self._error(HTTPStatus.INTERNAL_SERVER_ERROR, "Server error", error_text(exc))
+
+    def _route(self, path: str, query: dict[str, str]) -> None:
+        """Answer the GET of ``path``: a page, an output, an asset (else 404)."""
+        app = self.server.app
+        if path == "/":
+            asked = RunsQuery.of(
+                _page_number(query.get("page")), query.get("status"), query.get("q")
+            )
+            self._page(app.runs_page(asked), query)
+        elif path == "/run" and "id" in query:
+            self._run_page(query)
+        elif path == "/questions":
+            self._page(app.questions_page(), query)
+        elif path == "/compare" and "a" in query and "b" in query:
+            self._page(app.compare_page(query["a"], query["b"]), query)
+        elif path == "/output" and "id" in query and "step" in query:
+            self._output(app.output(query["id"], query["step"], query.get("child")))
+        elif path.startswith("/assets/"):
+            self._asset(path.removeprefix("/assets/"))
+        else:
+            self._error(HTTPStatus.NOT_FOUND, "Not found", f"nothing at {path}")
 
     def do_POST(self) -> None:
         """Answer a question: checked, then the run resumed or the answer saved (or refused)."""
@@ -167,9 +184,9 @@ class Handler(BaseHTTPRequestHandler):
                 "answers go to /answer, with the fields token, run, path and value",
             )
             return
-        self._answer(form["run"], form["path"], form["value"])
+        self._answer(form["run"], form["path"], form["value"], form.get("back"))
 
-    def _answer(self, run_id: str, path: str, text: str) -> None:
+    def _answer(self, run_id: str, path: str, text: str, back: str | None) -> None:
         app = self.server.app
         query = {"id": run_id}
         try:
@@ -182,20 +199,38 @@ class Handler(BaseHTTPRequestHandler):
                 query["saved"] = path
             else:
                 refusal = app.resumer.answer(run_id, path, value)
-        if refusal is None:
-            self.send_response(HTTPStatus.SEE_OTHER)
-            self.send_header("Location", "/run?" + urlencode(query))
-            self._common_headers()
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
+        if refusal is not None:
+            location = "/run?" + urlencode(
+                {"id": run_id, "refused": app.refusals.keep(run_id, refusal)}
+            )
+        elif back == "questions":
+            location = "/questions"
+        else:
+            location = "/run?" + urlencode(query)
+        self.send_response(HTTPStatus.SEE_OTHER)
+        self.send_header("Location", location)
+        self._common_headers()
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def _run_page(self, query: dict[str, str]) -> None:
+        """A run's page; a refusal redirected to it whose run is not here: the refusal, 404."""
+        app = self.server.app
+        page_id = query["id"]
         try:
-            main, title, _ = app.run_page(run_id, None, message=refusal)
-        except (Unreadable, LookupError):
-            main, title = message_main("Not answered", refusal), "Not answered"
-        self._send(
-            HTTPStatus.CONFLICT, "text/html; charset=utf-8", document(title, app.header, main)
-        )
+            shown = app.run_page(
+                page_id, query.get("child"), saved=query.get("saved"), refused=query.get("refused")
+            )
+        except LookupError as exc:
+            refusal = app.refusals.get(page_id, query.get("refused"))
+            if refusal is None:
+                raise
+            extra = html('<p>{}</p><p><a href="/">all runs</a></p>', str(exc.args[0]))
+            main = message_main("Not answered", refusal, extra)
+            page = document("Not answered", app.header, main)
+            self._send(HTTPStatus.NOT_FOUND, "text/html; charset=utf-8", page)
+            return
+        self._page(shown, query)
 
     def _host_ok(self) -> bool:
         hosts = self.headers.get_all("Host") or []
@@ -212,15 +247,16 @@ class Handler(BaseHTTPRequestHandler):
         )
         return False
 
-    def _page(self, main: Markup, title: str, live: bool, query: dict[str, str]) -> None:
+    def _page(self, shown: Shown, query: dict[str, str]) -> None:
+        header = self.server.app.header_of(shown.waiting)
         if query.get("live") == "1":
-            data = json.dumps({"live": live, "html": main}).encode()
-            self._send(HTTPStatus.OK, "application/json", data)
+            state = {"live": shown.live, "html": shown.main, "header": header}
+            self._send(HTTPStatus.OK, "application/json", json.dumps(state).encode())
             return
         url = None
-        if live:  # rebuilt from what was parsed: only ever a path on this server
+        if shown.live:  # rebuilt from what was parsed: only ever a path on this server
             url = f"{urlsplit(self.path).path}?{urlencode({**query, 'live': '1'})}"
-        page = document(title, self.server.app.header, main, live=url)
+        page = document(shown.title, header, shown.main, live=url)
         self._send(HTTPStatus.OK, "text/html; charset=utf-8", page)
 
     def _output(self, text: str) -> None:

@@ -39,10 +39,10 @@ from executionkit._paths import split_path
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping  # noqa: TC004 - dataclass annotations stay strings
 
-    from executionkit._checkpoint._value import WorkflowCheckpoint
+    from executionkit._checkpoint._value import WorkflowCheckpoint  # noqa: TC004 - likewise
     from executionkit._cli._location import Location  # noqa: TC004 - dataclass annotations stay strings
     from executionkit._owner import RunOwner
-    from executionkit._prices import Prices  # noqa: TC004 - dataclass annotations stay strings
+    from executionkit._prices import PricedSpending, Prices  # noqa: TC004 - dataclass annotations stay strings
     from executionkit._workflow import Workflow  # noqa: TC004 - dataclass annotations stay strings
     from executionkit.stores import RunInbox, Submission  # noqa: TC004 - likewise
 
@@ -75,6 +75,7 @@ class Reader:
     location: Location
     store: Any
     _submitted: dict[str, Submission] | None = None
+    _file_read: list[WorkflowCheckpoint | None] | None = None  # a file's one run, read once
 
     def run_ids(self) -> list[str]:
         """The runs the location holds, the most recently written first.
@@ -118,6 +119,12 @@ class Reader:
         )
         return found
 
+    def all_answers(self) -> dict[str, dict[str, Any]]:
+        """The answers saved in the inbox for every run, by run and question path."""
+        inbox = self._inbox()
+        found: dict[str, dict[str, Any]] = {} if inbox is None else self._call(inbox.all_answers)
+        return found
+
     def answers(self, run_id: str) -> dict[str, Any]:
         """The answers saved in the inbox for ``run_id``'s questions, by question path."""
         inbox = self._inbox()
@@ -159,10 +166,12 @@ class Reader:
     def _file(self) -> WorkflowCheckpoint | None:
         """The checkpoint in the location's file, None if it holds none yet."""
         assert isinstance(self.location, FileLocation)  # noqa: S101 - callers check
-        try:
-            return self.location.load(missing_ok=True)
-        except CliError as exc:
-            raise Unreadable(str(exc)) from None
+        if self._file_read is None:
+            try:
+                self._file_read = [self.location.load(missing_ok=True)]
+            except CliError as exc:
+                raise Unreadable(str(exc)) from None
+        return self._file_read[0]
 
     def _call(self, read: Callable[[], Any]) -> Any:
         from executionkit._errors import ExecutionKitError  # noqa: PLC0415
@@ -224,47 +233,53 @@ class Source:
             return "failed"
         return "finished"
 
-    def rows(self, reader: Reader, run_ids: list[str]) -> list[RunRow]:
-        """A `RunRow` for each of ``run_ids`` that has a checkpoint or a submission."""
-        rows = []
+    def row(
+        self,
+        reader: Reader,
+        run_id: str,
+        checkpoint: WorkflowCheckpoint | None,
+        left: Mapping[str, str],
+        *,
+        priced: bool = True,
+    ) -> RunRow | None:
+        """The `RunRow` of ``run_id`` (``checkpoint``: its latest); None if nothing holds it.
+
+        ``priced``: with its bill, when the server has prices.
+        """
         total = None if self.workflow is None else len(self.workflow.steps)
-        left = reader.left_alone()
-        for run_id in run_ids:
-            checkpoint = reader.load(run_id)
-            if checkpoint is None:
-                if run_id in reader.submissions():
-                    status = self.status(reader, run_id, None)
-                    rows.append(
-                        RunRow(run_id, status, 0, total, 0, None, (), None, left.get(run_id))
-                    )
-                continue
-            cost = checkpoint.cost
-            rows.append(
-                RunRow(
-                    run_id,
-                    self.status(reader, run_id, checkpoint),
-                    recorded_steps(checkpoint, self.workflow),
-                    total,
-                    cost.input_tokens + cost.output_tokens,
-                    checkpoint.created_at,
-                    tuple(waiting_in(checkpoint)),
-                    None if self.prices is None else bill(checkpoint, self.prices)[2],
-                    left.get(run_id),
-                )
-            )
-        return rows
+        if checkpoint is None:
+            if run_id not in reader.submissions():
+                return None
+            status = self.status(reader, run_id, None)
+            return RunRow(run_id, status, 0, total, 0, None, (), None, left.get(run_id))
+        cost = checkpoint.cost
+        return RunRow(
+            run_id,
+            self.status(reader, run_id, checkpoint),
+            recorded_steps(checkpoint, self.workflow),
+            total,
+            cost.input_tokens + cost.output_tokens,
+            checkpoint.created_at,
+            tuple(waiting_in(checkpoint)),
+            None if self.prices is None or not priced else bill(checkpoint, self.prices)[2],
+            left.get(run_id),
+        )
 
 
-def bill(checkpoint: WorkflowCheckpoint, prices: Prices) -> tuple[str, dict[str, str], str]:
+def bill(
+    checkpoint: WorkflowCheckpoint, prices: Prices, priced: PricedSpending | None = None
+) -> tuple[str, dict[str, str], str]:
     """The run's bill as the pages show it, each top-level step's dollars, and the total.
 
     ``$0.0142 ($0.0138 spent, $0.0004 wasted)``, then what the prices do not
     price (never $0) and how many attempts are of unknown usage. A
-    sub-workflow step's dollars are its steps'.
+    sub-workflow step's dollars are its steps'. ``priced``: the checkpoint's
+    ``spending.priced(prices)``, if the caller has it already.
     """
     from executionkit._prices import dollars_text  # noqa: PLC0415 - with --prices only
 
-    priced = checkpoint.spending.priced(prices)
+    if priced is None:
+        priced = checkpoint.spending.priced(prices)
     text = (
         f"{dollars_text(priced.total)} ({dollars_text(priced.spent)} spent, "
         f"{dollars_text(priced.wasted)} wasted)"
@@ -326,11 +341,14 @@ class StepLedger:
     """What a checkpoint's ledger holds of one step: its tokens, those wasted, its attempts.
 
     ``attempts`` is 0 when no row is the step's own (a sub-workflow's rows are its steps').
+    ``unknown``: its attempts of unknown usage (``"unknown"`` rows: running when a
+    process stopped), its sub-workflow's included.
     """
 
     tokens: int = 0
     wasted: int = 0
     attempts: int = 0
+    unknown: int = 0
 
 
 def ledger_by_step(checkpoint: WorkflowCheckpoint, names: Iterable[str]) -> dict[str, StepLedger]:
@@ -342,6 +360,7 @@ def ledger_by_step(checkpoint: WorkflowCheckpoint, names: Iterable[str]) -> dict
 
     steps = set(names)
     found: dict[str, StepLedger] = {}
+    unknown: set[tuple[str, str | None, int]] = set()  # an attempt may have a row per model
     for row in checkpoint.ledger:
         step = row.step if row.step in steps else row.step.split("/", 1)[0]
         entry = found.get(step)
@@ -353,6 +372,9 @@ def ledger_by_step(checkpoint: WorkflowCheckpoint, names: Iterable[str]) -> dict
             entry.wasted += tokens
         if row.step == step:  # a sub-workflow's rows count the attempts of its own steps
             entry.attempts = max(entry.attempts, row.attempt)
+        if row.outcome == "unknown" and (row.step, row.item, row.attempt) not in unknown:
+            unknown.add((row.step, row.item, row.attempt))
+            entry.unknown += 1
     return found
 
 
@@ -363,6 +385,7 @@ class MapView:
     recorded: int
     total: int | None
     failed: tuple[str, ...]
+    finished: bool = False  # the map's output is recorded: ``recorded`` of ``total`` items
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,13 +409,19 @@ def step_views(
     workflow: Workflow | None,
     running: Mapping[str, object],
     failed_keys: Mapping[str, list[str]],
+    *,
+    run_running: bool = False,
 ) -> list[StepView]:
     """Each step of the run: the workflow's, in its order, else those the checkpoint names.
 
     ``running`` names steps this server sees started and not ended;
     ``failed_keys`` the failed items of maps it saw fail. The checkpoint adds the
     failed items of maps of sub-workflows, and those its ledger saw fail (items
-    that reported usage) and that are not recorded since.
+    that reported usage) and that are not recorded since. While the run runs
+    (``run_running``: a process claims it), a step the checkpoint saw under way
+    (a map with items recorded or in flight, an attempt in flight, a
+    sub-workflow in progress) is running, not pending. Without the workflow,
+    each step's kind is the one its ``step_info`` records.
     """
     from executionkit._cli._graph import step_statuses  # noqa: PLC0415
 
@@ -413,14 +442,17 @@ def step_views(
         statuses = {name: _status_without(name, checkpoint, waiting) for name in names}
         for name, info in checkpoint.step_info.items():
             depends[name] = tuple(info.get("depends_on", ()))
+            kinds[name] = info.get("kind", "step")
+    under_way = _under_way(checkpoint) if run_running else set()
     maps = unfinished_maps(checkpoint, workflow)
     child_failures = failed_items(checkpoint)
     ledger_failures = _failed_in_ledger(checkpoint)
     views = []
     for name in names:
         status = statuses[name]
-        if status == "pending" and name in running:
+        if status == "pending" and (name in running or name in under_way):
             status = "running"
+        kind = kinds.get(name) or _kind_without(name, checkpoint)
         entry = maps.get(name)
         failed = [
             *failed_keys.get(name, []),
@@ -434,11 +466,15 @@ def step_views(
                 None if entry is None else entry.total,
                 tuple(dict.fromkeys(failed)),
             )
+        elif kind == "map" and name in checkpoint.outputs:
+            output = checkpoint.outputs[name]
+            if isinstance(output, (list, tuple, dict)):
+                items = MapView(len(output), len(output), (), finished=True)
         views.append(
             StepView(
                 name,
                 status,
-                kinds.get(name, "map" if name in checkpoint.items else "step"),
+                kind,
                 depends.get(name, ()),
                 name in checkpoint.outputs,
                 checkpoint.outputs.get(name),
@@ -449,6 +485,24 @@ def step_views(
             )
         )
     return views
+
+
+def _under_way(checkpoint: WorkflowCheckpoint) -> set[str]:
+    """The steps ``checkpoint`` saw under way: maps with items, attempts in flight, children."""
+    found = {*checkpoint.items, *checkpoint.in_flight_items, *checkpoint.children}
+    found.update(split_path(path)[0] for path, _, _ in checkpoint.in_flight)
+    return found
+
+
+def _kind_without(name: str, checkpoint: WorkflowCheckpoint) -> str:
+    """A step's kind from what the checkpoint holds of it, when ``step_info`` does not say."""
+    if name in checkpoint.items:
+        return "map"
+    if name in checkpoint.pending:
+        return "ask"
+    if name in checkpoint.children:
+        return "workflow"
+    return "step"
 
 
 def _failed_in_ledger(checkpoint: WorkflowCheckpoint) -> dict[str, dict[str, None]]:

@@ -300,21 +300,21 @@ def test_every_page_has_a_strict_policy_and_no_inline_script(
 
 
 def test_answers_over_http(waiting_db: tuple[str, SQLiteStore]) -> None:
-    """A refused check answers 409 with its message; an accepted answer redirects to the run."""
+    """A refused answer redirects to the run's page showing its message; an accepted one too."""
     url, store = waiting_db
     with flows.serving(url, flows.approval(), "serve_workflows:approval") as served:
         token = _token(_request(served.url, "/run?id=review")[2])
         form = {"token": token, "run": "review", "path": "approve", "value": '"maybe"'}
-        status, _, page = _request(served.url, "/answer", method="POST", form=form)
-        assert status == 409
+        status, page = _refused(served.url, form)
+        assert status == 200
         assert "answer yes or no" in page
         form["value"] = "NaN"
-        status, _, page = _request(served.url, "/answer", method="POST", form=form)
-        assert status == 409
+        status, page = _refused(served.url, form)
+        assert status == 200
         assert "quote it as a JSON string" in page
         form["run"], form["value"] = "unknown", "yes"
-        status, _, page = _request(served.url, "/answer", method="POST", form=form)
-        assert status == 409
+        status, page = _refused(served.url, form)
+        assert status == 404
         assert "no checkpoint of this run" in page
         form["run"], form["value"] = "review", "yes"
         flows.gate("publish").set()
@@ -326,13 +326,22 @@ def test_answers_over_http(waiting_db: tuple[str, SQLiteStore]) -> None:
         state = json.loads(page)
         assert state["live"] is False
         assert "published: yes" in state["html"]
-        status, _, page = _request(served.url, "/answer", method="POST", form=form)
-        assert status == 409
+        status, page = _refused(served.url, form)
         assert "nothing ran" in page
         assert _request(served.url, "/answer", method="POST", form={"token": token})[0] == 404
     checkpoint = store.load("review")
     assert checkpoint is not None
     assert checkpoint.outputs["publish"] == "published: yes"
+
+
+def _refused(url: str, form: dict[str, str]) -> tuple[int, str]:
+    """POST an answer that is refused: redirected to the run's page; its status and the page."""
+    status, headers, _ = _request(url, "/answer", method="POST", form=form)
+    assert status == 303
+    assert headers["Location"].startswith("/run?")
+    assert "&refused=" in headers["Location"]
+    status, _, page = _request(url, headers["Location"])
+    return status, page
 
 
 def test_a_form_too_large_is_refused(waiting_db: tuple[str, SQLiteStore]) -> None:

@@ -14,13 +14,14 @@ import asyncio
 import importlib
 import re
 import sys
+from datetime import UTC, datetime
 from html import escape
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 import pytest
 import serve_workflows as flows
-from test_serve import _fresh_gates, _request, _run, _token  # noqa: F401 - an autouse fixture
+from test_serve import _fresh_gates, _refused, _request, _run, _token  # noqa: F401 - an autouse fixture
 
 from executionkit import Step, Workflow
 from executionkit._cli._location import parse_location
@@ -47,6 +48,17 @@ def waiting(tmp_path: Path) -> tuple[str, SQLiteStore]:
 def _answer(url: str, token: str, path: str, value: str, run: str = "review") -> Any:
     form = {"token": token, "run": run, "path": path, "value": value}
     return _request(url, "/answer", method="POST", form=form)
+
+
+def _refuse(url: str, token: str, path: str, value: str, run: str = "review") -> Any:
+    """An answer refused: the status and the page it is redirected to (``None`` headers)."""
+    status, page = _refused(url, {"token": token, "run": run, "path": path, "value": value})
+    return status, None, page
+
+
+def _shown(moment: str) -> str:
+    """A recorded time as the pages show it: to the second, in UTC."""
+    return datetime.fromisoformat(moment).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _row(runs_page: str, run_id: str) -> str:
@@ -128,18 +140,18 @@ def test_an_answer_to_no_question_waiting_is_refused_and_saves_nothing(
     url, store = waiting
     with flows.serving(url) as served:
         token = _token(_request(served.url, "/run?id=review")[2])
-        status, _, page = _answer(served.url, token, "nope", "yes")
-        assert status == 409
+        status, _, page = _refuse(served.url, token, "nope", "yes")
+        assert status == 200
         assert (
             "run review has no question nope waiting for an answer (waiting: approve); "
             "nothing was saved"
         ) in page
         assert '<form method="post" action="/answer"' in page  # the run's page, to try again
-        status, _, page = _answer(served.url, token, "approve", "yes", run="unknown")
-        assert status == 409
+        status, _, page = _refuse(served.url, token, "approve", "yes", run="unknown")
+        assert status == 404
         assert "the location holds no checkpoint of run unknown, so no question" in page
-        status, _, page = _answer(served.url, token, "approve", "NaN")
-        assert status == 409
+        status, _, page = _refuse(served.url, token, "approve", "NaN")
+        assert status == 200
         assert "quote it as a JSON string" in page
         status, _, _ = _answer(served.url, "not-the-token", "approve", "yes")
         assert status == 403
@@ -161,8 +173,8 @@ def test_an_answer_to_a_question_answered_since_is_refused(tmp_path: Path) -> No
         flows.approval().run_sync(
             {}, checkpoint_fn=store, resume_from=store.load("review"), answers={"approve": "no"}
         )
-        status, _, page = _answer(served.url, token, "approve", "yes")
-    assert status == 409
+        status, _, page = _refuse(served.url, token, "approve", "yes")
+    assert status == 200
     assert "has no question approve waiting for an answer (waiting: none)" in page
     assert store.inbox.answers("review") == {}
 
@@ -206,8 +218,8 @@ def test_a_submitted_run_shows_its_input_names_never_their_values(
         assert _request(served.url, "/run?id=queued&child=x")[0] == 404
         if not workflow:  # no checkpoint, so no question waits: refused, on the run's page
             token = _token(_request(served.url, "/run?id=review")[2])
-            status, _, refused = _answer(served.url, token, "approve", "yes", run="queued")
-            assert status == 409
+            status, _, refused = _refuse(served.url, token, "approve", "yes", run="queued")
+            assert status == 200
             assert "no checkpoint of run queued, so no question of it waits" in refused
             assert "not started yet: a worker starts it" in refused
             assert store.inbox.answers("queued") == {}
@@ -223,7 +235,8 @@ def test_a_submitted_run_shows_its_input_names_never_their_values(
     assert submission is not None
     submitted_at = submission.submitted_at
     assert (
-        f"<dt>submitted</dt><dd>submitted at {submitted_at}, not started yet: a worker "
+        f'<dt>submitted</dt><dd>submitted at <time datetime="{submitted_at}" '
+        f'title="{submitted_at}">{_shown(submitted_at)}</time>, not started yet: a worker '
         f"starts it</dd>"
     ) in queued
     assert "<dt>inputs</dt><dd>api_secret, topic (names only" in queued

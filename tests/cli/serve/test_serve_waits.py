@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import serve_workflows as flows
@@ -13,6 +14,12 @@ from executionkit.stores import SQLiteStore
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+
+def _time(moment: str) -> str:
+    """A time as the page shows it: to the second, in UTC, the whole of it in its title."""
+    shown = datetime.fromisoformat(moment).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return f'<time datetime="{moment}" title="{moment}">{shown}</time>'
 
 
 def test_a_run_waiting_for_a_timer_says_when_it_is_due(tmp_path: Path) -> None:
@@ -35,7 +42,8 @@ def test_a_run_waiting_for_a_timer_says_when_it_is_due(tmp_path: Path) -> None:
         _, _, runs = _request(served.url, "/")
         _, _, page = _request(served.url, "/run?id=timed")
     assert "waiting" in runs
-    assert f"<dt>waiting until</dt><dd>pause at {due}; nested/cool_down at {nested}</dd>" in page
+    until = f"pause at {_time(due)}; nested/cool_down at {_time(nested)}"
+    assert f"<dt>waiting until</dt><dd>{until}</dd>" in page
     table = page.split("<h2>Graph</h2>")[1]
     assert (
         '<td class="step-name">pause</td><td>step</td>'

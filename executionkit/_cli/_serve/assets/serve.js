@@ -1,6 +1,7 @@
 // executionkit serve: follow a page that changes while a run goes on.
 // The server renders and escapes everything; this only swaps in the fresh main
-// part, every half second, while the server says the page is live.
+// part (and the header, which counts the questions waiting), every half second,
+// while the server says the page is live.
 "use strict";
 
 (function () {
@@ -24,6 +25,10 @@
       return;
     }
     main.innerHTML = state.html;
+    const header = document.querySelector("body > header");
+    if (header && typeof state.header === "string") {
+      header.innerHTML = state.header;
+    }
     if (state.live) {
       window.setTimeout(poll, 500);
     } else {

@@ -1,0 +1,196 @@
+"""The pages an operator reads across runs (issue 35), timed over HTTP on SQLite locations.
+
+Every page reads each run's latest checkpoint once (the header counts the
+questions waiting; the runs page counts and filters the statuses; a run's page
+lists its forks), and keeps nothing of it for the next request: a page costs
+about the loads of every run of its location, plus its own rendering. So the
+pages are timed on three locations:
+
+1. **1,000 runs**: ``--runs`` runs of a four-step workflow, three in four
+   waiting for an answer, one in four failed (the runs page, filtered, searched,
+   and the inbox of their questions);
+2. **1,000 runs and three big ones**: the same, plus a chain of ``--steps``
+   steps (finished), a fork of it with its middle step overridden, and a map
+   over ``--items`` items that stopped at a failed item (every page);
+3. **alone**: the chain and its fork, and the map, each in a location of its
+   own (a run's page, and the comparison, without the other runs to read).
+
+Each figure is the median of ``--requests`` GETs (after one warm-up), with
+[min-max], in milliseconds, through `http.client` to a server started in this
+process on a free port (as ``executionkit serve`` starts it, without
+``--workflow``), then the same with ``--prices`` (a price for every model). The
+issue's target is 300 ms a page on a 2-core machine.
+
+::
+
+    python benchmarks/serve_pages.py [--runs 1000] [--steps 1000] [--items 10000]
+        [--requests 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import source
+
+source.put_on_path()
+
+from serve import big_map, chain, small, spread, timed  # noqa: E402
+
+from executionkit import Price, Prices  # noqa: E402
+from executionkit._cli._location import parse_location  # noqa: E402
+from executionkit._cli._serve import App, start_server  # noqa: E402
+from executionkit._cli._serve._runs import Source  # noqa: E402
+from executionkit.stores import SQLiteStore  # noqa: E402
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from executionkit import Workflow
+
+
+def _run(workflow: Workflow, store: SQLiteStore, run_id: str, context: dict[str, Any]) -> None:
+    with contextlib.suppress(Exception):
+        workflow.run_sync(context, checkpoint_fn=store, run_id=run_id)
+
+
+def small_runs(store: SQLiteStore, runs: int) -> None:
+    """``runs`` runs of `small`: three in four wait for an answer, one in four failed."""
+    workflow = small()
+    for number in range(runs):
+        kind = ("fail", "ask", "ask", "ask")[number % 4]
+        _run(workflow, store, f"run-{number:05}", {"kind": kind})
+
+
+def big_runs(store: SQLiteStore, steps: int, items: int) -> None:
+    """A finished chain of ``steps`` steps, a fork of it, and a map over ``items`` items."""
+    long = chain(steps)
+    _run(long, store, "chain", {})
+    parent = store.load("chain")
+    assert parent is not None  # noqa: S101 - the run above saved it
+    middle = f"s{steps // 2}"
+    fork = long.fork(parent, override={middle: -1}, run_id="chain-fork", note="the middle")
+    with contextlib.suppress(Exception):
+        long.run_sync({}, checkpoint_fn=store, resume_from=fork)
+    _run(big_map(items), store, "big", {})
+
+
+def locations(folder: Path, runs: int, steps: int, items: int) -> tuple[str, str, str, str]:
+    """The three locations (the third as two databases): their URLs."""
+    start = time.perf_counter()
+    made = []
+    for name, small_ones, big_ones in (
+        ("runs", True, False),
+        ("all", True, True),
+        ("chain", False, True),
+    ):
+        store = SQLiteStore(folder / f"{name}.db")
+        try:
+            if small_ones:
+                small_runs(store, runs)
+            if big_ones:
+                big_runs(store, steps, items)
+        finally:
+            store.close()
+        made.append(f"sqlite:///{folder / f'{name}.db'}")
+    store = SQLiteStore(folder / "map.db")
+    try:
+        _run(big_map(items), store, "big", {})
+    finally:
+        store.close()
+    made.append(f"sqlite:///{folder / 'map.db'}")
+    print(f"made the locations in {time.perf_counter() - start:.1f} s\n")
+    return made[0], made[1], made[2], made[3]
+
+
+@contextlib.contextmanager
+def serving(where: str, prices: Prices | None) -> Iterator[tuple[str, int]]:
+    """A server of ``where`` without --workflow (``prices``: --prices): its host and port."""
+    app = App(Source(parse_location(where), None, prices=prices), None, None)
+    server = start_server(app, "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield "127.0.0.1", server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def pages(where: str, cases: list[tuple[str, str]], requests: int, *, priced: bool = True) -> None:
+    """Time each page of ``cases`` on ``where`` (and with prices); print Markdown table rows."""
+    prices = Prices({}, default=Price("2.50", "10.00"))  # every model priced
+    with serving(where, None) as plain, serving(where, prices) as billed:
+        for label, path in cases:
+            times, size = timed(plain, path, requests)
+            with_prices = spread(timed(billed, path, requests)[0]) if priced else "-"
+            print(f"| {label} | {spread(times)} | {with_prices} | {size:,} bytes |")
+
+
+def measure(args: argparse.Namespace, folder: Path) -> None:
+    """Make the locations, then time their pages."""
+    runs, steps, items = args.runs, args.steps, args.items
+    only_runs, everything, chained, mapped = locations(folder, runs, steps, items)
+    last = -(-runs // 50)
+    print("| page | median [min-max] | with --prices | size |")
+    print("| --- | --- | --- | --- |")
+    print(f"| **{runs:,} runs** | | | |")
+    pages(
+        only_runs,
+        [
+            (f"runs page, {runs:,} runs (50 shown)", "/"),
+            ("runs page, one status (`?status=waiting`)", "/?status=waiting"),
+            ("runs page, a search (`?q=run-004`)", "/?q=run-004"),
+            (f"runs page, its last page (`?page={last}`)", f"/?page={last}"),
+            (f"questions waiting (`/questions`, {runs * 3 // 4:,} of them)", "/questions"),
+            ("a small run's page", "/run?id=run-00001"),
+        ],
+        args.requests,
+    )
+    print(f"| **{runs:,} runs, a {steps:,}-step chain, its fork, a {items:,}-item map** | | | |")
+    pages(
+        everything,
+        [
+            (f"runs page, {runs + 3:,} runs (50 shown)", "/"),
+            ("questions waiting (`/questions`)", "/questions"),
+            (f"run page, {steps:,}-step chain (lists its fork)", "/run?id=chain"),
+            (f"run page, {steps:,}-step fork (its lineage)", "/run?id=chain-fork"),
+            (f"run page, {items:,}-item map", "/run?id=big"),
+            ("live poll of the map's page (`&live=1`)", "/run?id=big&live=1"),
+            (f"compare the {steps:,}-step chain with its fork", "/compare?a=chain&b=chain-fork"),
+        ],
+        args.requests,
+    )
+    print("| **alone: the chain and its fork; the map** | | | |")
+    pages(
+        chained,
+        [
+            (f"run page, {steps:,}-step chain", "/run?id=chain"),
+            (f"compare the {steps:,}-step chain with its fork", "/compare?a=chain&b=chain-fork"),
+        ],
+        args.requests,
+    )
+    pages(mapped, [(f"run page, {items:,}-item map", "/run?id=big")], args.requests)
+
+
+def main() -> None:
+    """Make the locations, then time their pages."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--items", type=int, default=10_000)
+    parser.add_argument("--requests", type=int, default=15)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        measure(args, Path(folder))
+
+
+if __name__ == "__main__":
+    main()
