@@ -1,10 +1,10 @@
 """The pages an operator reads across runs (issue 35), timed over HTTP on SQLite locations.
 
-Every page reads each run's latest checkpoint once (the header counts the
-questions waiting; the runs page counts and filters the statuses; a run's page
-lists its forks), and keeps nothing of it for the next request: a page costs
-about the loads of every run of its location, plus its own rendering. So the
-pages are timed on three locations:
+Every page reads each run's latest checkpoint (the header counts the questions
+waiting; the runs page counts and filters the statuses; a run's page lists its
+forks): the first request loads them all, later ones load again only the runs
+whose seq moved (one query gives every run's seq). The figures are those later
+requests. The pages are timed on three locations:
 
 1. **1,000 runs**: ``--runs`` runs of a four-step workflow, three in four
    waiting for an answer, one in four failed (the runs page, filtered, searched,

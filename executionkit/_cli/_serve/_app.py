@@ -193,7 +193,7 @@ class App:
         """
         message = self.refusals.get(page_id, refused) or message
         with self.source.reading() as reader:
-            root = reader.load(page_id)
+            root = self.source.latest(reader, page_id, (reader.seqs() or {}).get(page_id))
             found = survey(self.source, reader, {page_id: root})
             if root is None:
                 shown = self._submitted_page(reader, page_id, child, message)

@@ -25,6 +25,7 @@ thread of its own.
 from __future__ import annotations
 
 import contextlib
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -142,6 +143,16 @@ class Reader:
         inbox: RunInbox | None = getattr(self.store, "inbox", None)
         return inbox
 
+    def seqs(self) -> dict[str, int] | None:
+        """Each stored run's latest seq, in one query (a database's); None where not known."""
+        if isinstance(self.location, FileLocation):
+            return None
+        run_seqs = getattr(self.store, "run_seqs", None)
+        if run_seqs is None:
+            return None
+        found: dict[str, int] = self._call(run_seqs)
+        return found
+
     def load(self, run_id: str) -> WorkflowCheckpoint | None:
         """The latest checkpoint of ``run_id``; None if the location holds none."""
         if isinstance(self.location, FileLocation):
@@ -194,6 +205,28 @@ class Source:
     workflow: Workflow | None
     resuming: Callable[[str], bool] = field(default=lambda _run_id: False)
     prices: Prices | None = None  # --prices: the pages show dollars
+    # Each run's latest checkpoint as last loaded, by run id with its seq: a page reads
+    # every run's (the header, the filters, the forks), and loads again only those whose
+    # seq moved since. A checkpoint of a run is never replaced under the same seq.
+    _latest: dict[str, tuple[int, WorkflowCheckpoint]] = field(default_factory=dict)
+    _latest_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def latest(self, reader: Reader, run_id: str, seq: int | None) -> WorkflowCheckpoint | None:
+        """The latest checkpoint of ``run_id`` at ``seq``: loaded again only if it moved.
+
+        ``seq`` None (not known: a file, a store without ``run_seqs``) always loads.
+        """
+        if seq is None:
+            return reader.load(run_id)
+        with self._latest_lock:
+            kept = self._latest.get(run_id)
+        if kept is not None and kept[0] == seq:
+            return kept[1]
+        checkpoint = reader.load(run_id)
+        if checkpoint is not None:
+            with self._latest_lock:
+                self._latest[run_id] = (checkpoint.seq, checkpoint)
+        return checkpoint
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[Reader]:

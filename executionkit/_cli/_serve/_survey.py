@@ -3,10 +3,11 @@
 The runs page filters and counts runs by status and run id, the header counts
 the questions waiting, the inbox lists them, and a run's page lists the forks
 made of it: all of that needs each run's latest checkpoint, and only that. A
-`Survey` is read for one request and dropped after it (nothing is cached
-across requests: a page always shows the location as it is); it keeps a
-small `RunSummary` of each run, never the checkpoints, so that its memory is
-the number of runs, not their size.
+`Survey` is read for one request and dropped after it; a page always shows the
+location as it is. The checkpoints are read through `Source.latest`, which
+loads again only the runs whose latest seq moved since a page last read them
+(one query gives every run's seq), so a location of 1,000 runs that did not
+move costs a query, not 1,000 loads.
 """
 
 from __future__ import annotations
@@ -128,9 +129,12 @@ def survey(
     """
     known = known or {}
     left = reader.left_alone()
+    seqs = reader.seqs() or {}
     runs = []
     for run_id in reader.run_ids():
-        checkpoint = known[run_id] if run_id in known else reader.load(run_id)
+        checkpoint = (
+            known[run_id] if run_id in known else source.latest(reader, run_id, seqs.get(run_id))
+        )
         row = source.row(reader, run_id, checkpoint, left, priced=priced)
         if row is None:
             continue
