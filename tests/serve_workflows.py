@@ -99,6 +99,30 @@ def approval() -> Workflow:
     )
 
 
+def _write(ctx: Mapping[str, Any]) -> str:
+    """Streams its answer; the first attempt stops half-way (held, then fails), the second ends."""
+    step = current_step()
+    if step.attempt == 1:
+        step.stream("first try, ")
+        _held("first-try")
+        msg = "the connection dropped mid-answer"
+        raise ConnectionError(msg)
+    step.stream("second try, ")
+    _held("second-try")
+    step.stream("whole answer")
+    return "second try, whole answer"
+
+
+def streaming() -> Workflow:
+    """A question, then a step that streams its answer, retried once (the retry streams anew)."""
+    return Workflow(
+        [
+            Step.ask("approve", lambda ctx: "write it?"),
+            Step("write", _write, depends_on=("approve",), retries=1, retry_delay=0),
+        ]
+    )
+
+
 def live(held_by: str = "slow") -> Workflow:
     """Three steps; the middle one, ``slow``, is held by the gate ``held_by``."""
 

@@ -36,14 +36,24 @@ _FAILED_KEYS_KEPT = 1000
 _STARTED_WITHIN = 60.0  # seconds a request waits for the run to start or refuse
 
 
+_STREAM_KEPT = 65536  # characters of a running attempt's streamed text kept (the latest)
+
+
 @dataclass(slots=True)
 class StepEvents:
-    """What this server saw of one step: attempts, duration, tokens; whether it runs now."""
+    """What this server saw of one step: attempts, duration, tokens; whether it runs now.
+
+    ``streamed``: the text its running attempt streamed so far (`StepStreamed`),
+    of attempt ``streamed_attempt``; a later attempt starts a new text, and the
+    text goes once the step has ended (its output is what it returned).
+    """
 
     attempts: int = 0
     duration: float | None = None
     tokens: int | None = None
     running: bool = False
+    streamed: str = ""
+    streamed_attempt: int = 0
 
 
 @dataclass(slots=True)
@@ -79,11 +89,30 @@ class Tracker:
             seen = self._runs.get(page_id, RunEvents())
             return RunEvents(
                 {
-                    name: StepEvents(s.attempts, s.duration, s.tokens, s.running)
+                    name: StepEvents(
+                        s.attempts,
+                        s.duration,
+                        s.tokens,
+                        s.running,
+                        s.streamed,
+                        s.streamed_attempt,
+                    )
                     for name, s in seen.steps.items()
                 },
                 {name: list(keys) for name, keys in seen.failed_items.items()},
             )
+
+    def streams(self, page_id: str) -> dict[str, tuple[int, str]]:
+        """The text each running step of ``page_id`` streamed so far: (attempt, text)."""
+        with self._lock:
+            seen = self._runs.get(page_id)
+            if seen is None:
+                return {}
+            return {
+                name: (step.streamed_attempt, step.streamed)
+                for name, step in seen.steps.items()
+                if step.streamed
+            }
 
     @staticmethod
     def _note(run: RunEvents, event: Event) -> None:
@@ -93,7 +122,12 @@ class Tracker:
         if step is None:
             return
         seen = run.steps.setdefault(step, StepEvents())
+        if isinstance(event, (events.StepStreamed, events.StepFinished, events.StepFailed)):
+            _stream(seen, event)
+            if isinstance(event, events.StepStreamed):
+                return
         if isinstance(event, events.StepStarted):
+            _stream(seen, event)
             seen.attempts, seen.running = event.attempt, True
         elif isinstance(event, events.MapStarted):
             seen.attempts, seen.running = max(seen.attempts, 1), True
@@ -107,6 +141,26 @@ class Tracker:
             keys = run.failed_items.setdefault(step, [])
             if len(keys) < _FAILED_KEYS_KEPT:
                 keys.append(event.item)
+
+
+def _stream(seen: StepEvents, event: Any) -> None:
+    """Keep the text a step's running attempt streams: a new attempt, a new text.
+
+    A map's items stream too; their outputs show as they are recorded, so their
+    text is not kept. Once the step ended, its text goes: its output is what it
+    returned.
+    """
+    from executionkit import events  # noqa: PLC0415
+
+    if isinstance(event, (events.StepFinished, events.StepFailed)):
+        seen.streamed, seen.streamed_attempt = "", 0
+        return
+    if isinstance(event, events.StepStreamed) and event.item is not None:
+        return
+    if event.attempt != seen.streamed_attempt:
+        seen.streamed, seen.streamed_attempt = "", event.attempt
+    if isinstance(event, events.StepStreamed):
+        seen.streamed = (seen.streamed + event.text)[-_STREAM_KEPT:]
 
 
 class _Saver:

@@ -43,9 +43,16 @@ _NO_RUN_ID = "(no run id)"
 NOTHING = html("")
 
 
-def document(title: str, header: Markup, main: Markup, *, live: str | None = None) -> Markup:
-    """A whole page; ``live`` is the URL the script polls while the page changes."""
+def document(
+    title: str, header: Markup, main: Markup, *, live: str | None = None, stream: str | None = None
+) -> Markup:
+    """A whole page; ``live`` is the URL the script polls while the page changes.
+
+    ``stream``: the URL of the text a run's running steps stream, polled faster.
+    """
     attributes = html("") if live is None else html(' data-live="{}"', live)
+    if stream is not None:
+        attributes = html('{} data-stream="{}"', attributes, stream)
     return html(
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -566,7 +573,7 @@ def _steps_table(run: RunPage) -> Markup:
                 _tokens(run, step),
                 _output(run, step),
                 _items(step),
-                _child(run, step),
+                join([_child(run, step), _streamed(run, step)]),
                 step.error or "",
             )
         )
@@ -607,6 +614,19 @@ def _tokens(run: RunPage, step: StepView) -> Markup:
         )
     seen = run.events.steps.get(step.name)
     return markup("-" if seen is None or seen.tokens is None else f"{seen.tokens:,}")
+
+
+def _streamed(run: RunPage, step: StepView) -> Markup:
+    """What the step's running attempt streamed so far (`StepStreamed`), growing live."""
+    seen = run.events.steps.get(step.name)
+    if seen is None or not seen.streamed or run.child is not None:
+        return html("")
+    return html(
+        '<pre class="streamed" data-stream-step="{}" data-attempt="{}">{}</pre>',
+        step.name,
+        seen.streamed_attempt,
+        seen.streamed,
+    )
 
 
 def _output(run: RunPage, step: StepView) -> Markup:

@@ -7,6 +7,9 @@
   ``GET /compare?a=ID&b=ID``: two runs side by side; ``GET /output?id=ID&step=NAME``:
   one output whole, as JSON text. ``&live=1`` on a page gives what the page's
   script polls: ``{"live": bool, "html": main, "header": header}``.
+- ``GET /stream?id=ID``: the text the run's running steps streamed so far, from
+  the events of a run this server resumes (no store read), for the page's
+  script to ask for every 100 ms.
 - ``POST /answer``: answers a question (fields ``token``, ``run``, ``path``, ``value``,
   and ``back=questions`` to come back to the inbox): with ``--workflow`` the run
   resumes here; without, the answer is saved in the store's inbox for a worker
@@ -146,6 +149,8 @@ class Handler(BaseHTTPRequestHandler):
             self._page(app.compare_page(query["a"], query["b"]), query)
         elif path == "/output" and "id" in query and "step" in query:
             self._output(app.output(query["id"], query["step"], query.get("child")))
+        elif path == "/stream" and "id" in query:
+            self._stream(query["id"])
         elif path.startswith("/assets/"):
             self._asset(path.removeprefix("/assets/"))
         else:
@@ -253,11 +258,29 @@ class Handler(BaseHTTPRequestHandler):
             state = {"live": shown.live, "html": shown.main, "header": header}
             self._send(HTTPStatus.OK, "application/json", json.dumps(state).encode())
             return
-        url = None
+        url = stream = None
+        path = urlsplit(self.path).path
         if shown.live:  # rebuilt from what was parsed: only ever a path on this server
-            url = f"{urlsplit(self.path).path}?{urlencode({**query, 'live': '1'})}"
-        page = document(shown.title, header, shown.main, live=url)
+            url = f"{path}?{urlencode({**query, 'live': '1'})}"
+            if path == "/run" and "child" not in query and self.server.app.resumer is not None:
+                stream = f"/stream?{urlencode({'id': query['id']})}"
+        page = document(shown.title, header, shown.main, live=url, stream=stream)
         self._send(HTTPStatus.OK, "text/html; charset=utf-8", page)
+
+    def _stream(self, page_id: str) -> None:
+        """What the running steps of ``page_id`` streamed so far, read from events only.
+
+        ``{"live": bool, "steps": {name: {"attempt": n, "text": str}}}``: no store is
+        read, so the page's script can ask for it often while a step streams.
+        """
+        app = self.server.app
+        texts = app.tracker.streams(page_id)
+        live = app.resumer is not None and app.resumer.busy(page_id)
+        state = {
+            "live": live,
+            "steps": {name: {"attempt": n, "text": text} for name, (n, text) in texts.items()},
+        }
+        self._send(HTTPStatus.OK, "application/json", json.dumps(state).encode())
 
     def _output(self, text: str) -> None:
         self._send(HTTPStatus.OK, "text/plain; charset=utf-8", text)

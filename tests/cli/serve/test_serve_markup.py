@@ -65,7 +65,18 @@ TAGS = frozenset(  # every tag the server writes
 ATTRIBUTES = frozenset(  # every attribute it writes (the parser lowers ``viewBox``)
     {"lang", "charset", "name", "content", "rel", "href", "src", "defer", "class", "id"}
     | {"data-live", "role", "method", "action", "type", "value", "for", "autocomplete"}
-    | {"required", "data-step", "xmlns", "width", "height", "viewbox", "aria-label"}
+    | {
+        "required",
+        "data-step",
+        "data-stream",
+        "data-stream-step",
+        "data-attempt",
+        "xmlns",
+        "width",
+        "height",
+        "viewbox",
+        "aria-label",
+    }
     | {"x", "y", "rx", "d"}
     | {"datetime", "title"}  # a time's ISO text (issue 35)
 )

@@ -38,4 +38,57 @@
   }
 
   window.setTimeout(poll, 500);
+
+  // The text running steps stream (current_step().stream): asked for every 100 ms,
+  // from what the server's events said (no store read), and set as text only.
+  const stream = main.dataset.stream;
+  if (!stream) {
+    return;
+  }
+
+  function showStream(name, attempt, text) {
+    let shown = null;
+    for (const pre of main.querySelectorAll("pre.streamed")) {
+      if (pre.dataset.streamStep === name) {
+        shown = pre;
+      }
+    }
+    if (!shown) {
+      let row = null;
+      for (const candidate of main.querySelectorAll("tr.step-row")) {
+        if (candidate.dataset.step === name) {
+          row = candidate;
+        }
+      }
+      const cells = row ? row.querySelectorAll("td") : [];
+      if (cells.length < 7) {
+        return;
+      }
+      shown = document.createElement("pre");
+      shown.className = "streamed";
+      shown.dataset.streamStep = name;
+      cells[6].appendChild(shown);
+    }
+    shown.dataset.attempt = String(attempt);
+    shown.textContent = text;
+  }
+
+  async function follow() {
+    let state;
+    try {
+      const response = await fetch(stream, { cache: "no-store", credentials: "same-origin" });
+      state = await response.json();
+    } catch (error) {
+      window.setTimeout(follow, 1000);
+      return;
+    }
+    for (const [name, piece] of Object.entries(state.steps || {})) {
+      showStream(name, piece.attempt, piece.text);
+    }
+    if (state.live) {
+      window.setTimeout(follow, 100);
+    }
+  }
+
+  window.setTimeout(follow, 100);
 })();
