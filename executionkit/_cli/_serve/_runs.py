@@ -470,8 +470,17 @@ def step_views(
         waiting = {
             split_path(path)[0] for path in (*waiting_in(checkpoint), *waits_in(checkpoint))
         }
-        names = list(dict.fromkeys([*checkpoint.outputs, *checkpoint.skipped]))
-        names += [n for n in [*checkpoint.errors, *waiting, *checkpoint.items] if n not in names]
+        names = list(
+            dict.fromkeys(
+                [
+                    *checkpoint.outputs,
+                    *checkpoint.skipped,
+                    *checkpoint.errors,
+                    *waiting,
+                    *checkpoint.items,
+                ]
+            )
+        )
         statuses = {name: _status_without(name, checkpoint, waiting) for name in names}
         for name, info in checkpoint.step_info.items():
             depends[name] = tuple(info.get("depends_on", ()))
