@@ -25,13 +25,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any
 
 import source
 
 source.put_on_path()
+
+from serve import served  # noqa: E402
 
 from executionkit import (  # noqa: E402
     Price,
@@ -43,7 +44,7 @@ from executionkit import (  # noqa: E402
     current_step,
 )
 from executionkit._cli._location import parse_location  # noqa: E402
-from executionkit._cli._serve import App, start_server  # noqa: E402
+from executionkit._cli._serve import App  # noqa: E402
 from executionkit._cli._serve._answers import Tracker  # noqa: E402
 from executionkit._cli._serve._runs import Source  # noqa: E402
 from executionkit.stores import SQLiteStore  # noqa: E402
@@ -128,9 +129,6 @@ def shoot(location: str, out: Path) -> list[Path]:
     from playwright.sync_api import sync_playwright  # noqa: PLC0415 - the dev extra
 
     app = App(Source(parse_location(location), None, prices=PRICES), None, None, Tracker())
-    server = start_server(app, "127.0.0.1", 0)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
     pages = {
         "serve-runs.png": "",
         "serve-run.png": "run?id=report-waiting",
@@ -140,22 +138,17 @@ def shoot(location: str, out: Path) -> list[Path]:
         "serve-filter.png": "?status=failed",
     }
     saved = []
-    try:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(
-                executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
-            )
-            page = browser.new_page(viewport={"width": 1280, "height": 800})
-            for name, path in pages.items():
-                page.goto(f"{server.url}{path}")
-                target = out / name
-                page.screenshot(path=str(target), full_page=True)
-                saved.append(target)
-            browser.close()
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with served(app) as server, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
+        )
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        for name, path in pages.items():
+            page.goto(f"{server.url}{path}")
+            target = out / name
+            page.screenshot(path=str(target), full_page=True)
+            saved.append(target)
+        browser.close()
     return saved
 
 

@@ -105,18 +105,24 @@ def _run(workflow: Workflow, store: SQLiteStore, run_id: str, context: dict[str,
 
 
 @contextlib.contextmanager
-def serving(location: str, workflow: Workflow) -> Iterator[tuple[str, int]]:
-    """An in-process server of ``location``: its host and port."""
-    app = App(Source(parse_location(location), workflow), None, "bench:workflow")
+def served(app: App) -> Iterator[Any]:
+    """Serve ``app`` in a thread, on a free port of 127.0.0.1; stop it in every outcome."""
     server = start_server(app, "127.0.0.1", 0)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()
     try:
-        yield "127.0.0.1", server.server_address[1]
+        yield server
     finally:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+@contextlib.contextmanager
+def serving(location: str, workflow: Workflow) -> Iterator[tuple[str, int]]:
+    """An in-process server of ``location``: its host and port."""
+    with served(App(Source(parse_location(location), workflow), None, "bench:workflow")) as server:
+        yield "127.0.0.1", server.server_address[1]
 
 
 def get(address: tuple[str, int], path: str, *, ok: tuple[int, ...] = (200,)) -> int:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,11 +40,18 @@ import source
 
 source.put_on_path()
 
-from serve import big_map, chain, small, spread, timed  # noqa: E402
+from serve import (  # noqa: E402
+    big_map,
+    chain,
+    served,
+    small,
+    spread,
+    timed,
+)
 
 from executionkit import Price, Prices  # noqa: E402
 from executionkit._cli._location import parse_location  # noqa: E402
-from executionkit._cli._serve import App, start_server  # noqa: E402
+from executionkit._cli._serve import App  # noqa: E402
 from executionkit._cli._serve._runs import Source  # noqa: E402
 from executionkit.stores import SQLiteStore  # noqa: E402
 
@@ -112,16 +118,8 @@ def locations(folder: Path, runs: int, steps: int, items: int) -> tuple[str, str
 @contextlib.contextmanager
 def serving(where: str, prices: Prices | None) -> Iterator[tuple[str, int]]:
     """A server of ``where`` without --workflow (``prices``: --prices): its host and port."""
-    app = App(Source(parse_location(where), None, prices=prices), None, None)
-    server = start_server(app, "127.0.0.1", 0)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
+    with served(App(Source(parse_location(where), None, prices=prices), None, None)) as server:
         yield "127.0.0.1", server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 def pages(where: str, cases: list[tuple[str, str]], requests: int, *, priced: bool = True) -> None:

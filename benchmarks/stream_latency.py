@@ -23,7 +23,6 @@ import json
 import random
 import statistics
 import tempfile
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -34,9 +33,11 @@ import source
 
 source.put_on_path()
 
+from serve import served  # noqa: E402
+
 from executionkit import Step, Workflow, current_step  # noqa: E402
 from executionkit._cli._location import parse_location  # noqa: E402
-from executionkit._cli._serve import App, start_server  # noqa: E402
+from executionkit._cli._serve import App  # noqa: E402
 from executionkit._cli._serve._answers import Resumer, Tracker  # noqa: E402
 from executionkit._cli._serve._runs import Source  # noqa: E402
 from executionkit.stores import SQLiteStore  # noqa: E402
@@ -71,20 +72,15 @@ def measure(pieces: int, seed: int) -> list[float]:
         resumer = Resumer(location, flow, {}, tracker)
         location.resuming = resumer.busy
         app = App(location, resumer, "bench:talker", tracker)
-        server = start_server(app, "127.0.0.1", 0)
-        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-        thread.start()
-        try:
-            form = urllib.parse.urlencode(
-                {"token": app.token, "run": "talk", "path": "go", "value": "yes"}
-            ).encode()
-            _post(server.url, form)
-            return _follow(f"{server.url}stream?id=talk", pieces, sent)
-        finally:
-            resumer.stop()
-            server.shutdown()
-            server.server_close()
-            thread.join()
+        with served(app) as server:
+            try:
+                form = urllib.parse.urlencode(
+                    {"token": app.token, "run": "talk", "path": "go", "value": "yes"}
+                ).encode()
+                _post(server.url, form)
+                return _follow(f"{server.url}stream?id=talk", pieces, sent)
+            finally:
+                resumer.stop()
 
 
 def _post(url: str, form: bytes) -> None:
