@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -88,6 +89,7 @@ class Worker:
     _wake: asyncio.Event | None = None
     _names: frozenset[str] = frozenset()
     _reader: Any = None
+    _looking: threading.Lock = field(default_factory=threading.Lock)  # held by a look
     _writer: Any = None  # the store its runs save to: one connection, shared by them
 
     def __post_init__(self) -> None:
@@ -101,11 +103,25 @@ class Worker:
         try:
             while True:
                 await self.step()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.poll)
-                self._wake.clear()
+                await self._nap()
         finally:
             await self.stop()
+
+    async def _nap(self) -> None:
+        """Wait until one of its runs ends, or ``poll`` seconds, whichever comes first.
+
+        Not `asyncio.wait_for`: in Python 3.11 it returns the inner result when a
+        cancellation arrives as the inner wait ends, and the cancellation is lost;
+        a worker told to stop (SIGTERM) then looked again, for ever.
+        `asyncio.wait` never swallows the cancellation of the task that waits.
+        """
+        assert self._wake is not None  # noqa: S101 - serve made it
+        woken = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait((woken,), timeout=self.poll)
+        finally:
+            woken.cancel()
+        self._wake.clear()
 
     async def settle(self) -> None:
         """Wait until every run it carries now has returned or raised."""
@@ -122,8 +138,14 @@ class Worker:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         finally:
-            _close(self._reader)
-            _close(self._writer)
+            # A look cancelled with its task goes on in its thread: the store it reads
+            # is closed only once it is done (closing it under the thread crashed).
+            await asyncio.to_thread(self._looking.acquire)
+            try:
+                _close(self._reader)
+                _close(self._writer)
+            finally:
+                self._looking.release()
 
     async def step(self) -> list[str]:
         """Look at the location once and start every run that can go on; return their ids."""
@@ -145,8 +167,13 @@ class Worker:
         One look reads the runs' latest seqs, the submissions, the answers saved
         and the runs left alone (a query each in a database), and loads only the
         checkpoints that changed since the last look. A run whose seq moved since
-        then is being run: it is looked at again next time.
+        then is being run: it is looked at again next time. In a thread, holding
+        ``_looking`` (`Worker.stop` closes the store only once the look is done).
         """
+        with self._looking:
+            return self._look(free)
+
+    def _look(self, free: int) -> list[Job]:
         inbox: RunInbox = self._reader.inbox
         submitted = {s.run_id: s for s in inbox.submissions()}
         left = inbox.left_alone()

@@ -9,6 +9,7 @@ look after the due time starts the run.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -439,3 +440,44 @@ def test_the_command_refuses_bad_numbers(
     assert "--concurrency must be 1 or more, got 0" in capsys.readouterr().err
     assert main([*base, "--poll", "0"]) == 2
     assert "--poll must be a number of seconds above 0" in capsys.readouterr().err
+
+
+async def test_a_stop_that_comes_as_a_run_ends_is_not_lost(tmp_path: Path, clock: Clock) -> None:
+    """Found by a hung CI run: `asyncio.wait_for` of Python 3.11 swallowed the cancellation."""
+    made = worker(f"sqlite:///{tmp_path}/runs.db", Workflow([Step("a", lambda ctx: 1)]))
+    try:
+        made._wake = asyncio.Event()
+        napping = asyncio.create_task(made._nap())
+        await asyncio.sleep(0)  # one pass of the loop: the nap waits
+        made._wake.set()  # a run ended...
+        napping.cancel()  # ...as the worker is told to stop
+        with pytest.raises(asyncio.CancelledError):
+            await napping
+    finally:
+        await made.stop()
+
+
+async def test_the_store_is_closed_only_once_a_cancelled_look_is_done(
+    tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found with the above: closing the store under a look's thread crashed the process."""
+    made = worker(f"sqlite:///{tmp_path}/runs.db", Workflow([Step("a", lambda ctx: 1)]))
+    entered, release = threading.Event(), threading.Event()
+    look = made._look
+
+    def slow(free: int) -> list[Any]:
+        entered.set()
+        release.wait(30)
+        return look(free)
+
+    monkeypatch.setattr(made, "_look", slow)
+    stepping = asyncio.create_task(made.step())
+    assert await asyncio.to_thread(entered.wait, 30)
+    stepping.cancel()
+    stopping = asyncio.create_task(made.stop())
+    done, _ = await asyncio.wait({stopping}, timeout=0.2)
+    assert not done  # the look holds the store: stop waits for it
+    release.set()
+    await asyncio.wait_for(stopping, 30)
+    with pytest.raises(asyncio.CancelledError):
+        await stepping
