@@ -190,6 +190,9 @@ class Record:
             state.lineage,
         )
         shared.trace = state.trace
+        if options.resume_from is not None and options.resume_from.attempts:
+            # Format 5's attempts log is append-only across resumes, as the ledger is.
+            shared.attempts.extend(options.resume_from.attempts)
         shared.names = graph.names
         # Steps that spend nothing themselves; a map's items are counted apart.
         shared.quiet = graph.asks | graph.workflows | graph.maps

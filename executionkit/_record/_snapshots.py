@@ -73,6 +73,9 @@ class Snapshots:
             "_rows": rows,
             "_ns": _clock.wall_ns(),
         }
+        ended = len(record.shared.attempts)
+        if ended:
+            fields["_ended"] = ended  # attempts: those a resumed checkpoint held, kept
         if rows != rows_since:
             fields["_rows_since"] = rows_since  # new_ledger: the rows since (none without)
         describe_in_flight(record, fields)
