@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from executionkit._cli._exits import EXIT_OK, CliError
 from executionkit._cli._load import load_workflow, read_inputs, read_json_object
-from executionkit._cli._location import DatabaseLocation, FileLocation, parse_location
+from executionkit._cli._location import (
+    DatabaseLocation,
+    FileLocation,
+    close_store,
+    open_store,
+    parse_location,
+)
 from executionkit._cli._questions import GivenAnswers
 from executionkit._cli._text import error_text, out, say
 from executionkit._define._questions import waiting_in
@@ -38,13 +44,13 @@ def submit_command(args: argparse.Namespace) -> int:
         if args.metadata_json is None
         else read_json_object("--metadata-json", args.metadata_json, "metadata keys to values")
     )
-    store = _store(location, "--checkpoint")
+    store = open_store(location, "--checkpoint")
     try:
         chosen = workflow.submit(store, inputs, run_id=run_id, metadata=metadata)
     except (ValueError, TypeError) as exc:
         raise CliError(f"{location.label}: {error_text(exc)}") from None
     finally:
-        _close(store)
+        close_store(store)
     out(chosen)
     say(
         f"submitted run {show(chosen)} to {location.label}; a worker starts it: "
@@ -60,7 +66,7 @@ def answer_command(args: argparse.Namespace) -> int:
     if not given:
         msg = "give at least one --answer NAME=VALUE (or --answers-json FILE)"
         raise CliError(msg)
-    store = _store(location, "LOCATION")
+    store = open_store(location, "LOCATION")
     try:
         run_id, checkpoint = _latest(location, store, args.run)
         waiting = waiting_in(checkpoint)
@@ -80,7 +86,7 @@ def answer_command(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         raise CliError(f"{location.label}: {error_text(exc)}") from None
     finally:
-        _close(store)
+        close_store(store)
     names = ", ".join(map(show, given.values))
     say(
         f"saved the answer to {names} of run {show(run_id)}; nothing ran: a worker resumes "
@@ -136,15 +142,3 @@ def _run_id(location: Location, flag_value: str | None, flag: str) -> str | None
         msg = f"{flag} {show(flag_value)} and ?run_id={show(named)} name different runs"
         raise CliError(msg)
     return flag_value if flag_value is not None else named
-
-
-def _store(location: Location, flag: str) -> Any:
-    if isinstance(location, DatabaseLocation):
-        return location.store()
-    return location.writer(flag)
-
-
-def _close(store: Any) -> None:
-    close = getattr(store, "close", None)
-    if callable(close):
-        close()

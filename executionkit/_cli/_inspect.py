@@ -22,6 +22,8 @@ from executionkit._cli._location import (
     DatabaseLocation,
     FileLocation,
     cli_errors,
+    close_store,
+    open_store,
     parse_location,
 )
 from executionkit._cli._maps import failed_items, items_text, recorded_steps, unfinished_maps
@@ -220,16 +222,12 @@ _T = TypeVar("_T")
 
 def _read_inbox(location: Location, read: Callable[[RunInbox], _T]) -> _T:
     """``read(inbox)`` of the store's inbox at ``location``; its errors as a `CliError`."""
-    store: Any = (
-        location.store() if isinstance(location, DatabaseLocation) else location.writer("inspect")
-    )
+    store: Any = open_store(location, "inspect")
     try:
         with cli_errors(location.label):
             return read(store.inbox)
     finally:
-        close = getattr(store, "close", None)
-        if callable(close):
-            close()
+        close_store(store)
 
 
 def _submission(submission: Submission) -> dict[str, Any]:

@@ -271,6 +271,20 @@ class DatabaseLocation:
             return read(store)
 
 
+def open_store(location: Location, flag: str, *, history: bool = False) -> Any:
+    """A new store on ``location``: a database's, or the file's (``flag`` names it in errors)."""
+    if isinstance(location, DatabaseLocation):
+        return location.store(history=history)
+    return location.writer(flag, history=history)
+
+
+def close_store(store: object) -> None:
+    """Close what ``store`` holds open (connections, a file), if it holds anything."""
+    close = getattr(store, "close", None)
+    if callable(close):
+        close()
+
+
 @contextlib.contextmanager
 def cli_errors(label: str) -> Iterator[None]:
     """Turn what reading the location ``label`` raised into one `CliError` naming it.

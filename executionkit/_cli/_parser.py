@@ -109,29 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
             "when it holds one"
         ),
     )
-    run.add_argument(
-        "--input",
-        metavar="KEY=VALUE",
-        action="append",
-        default=[],
-        help="an initial-context value (a string); repeat for more",
-    )
-    run.add_argument(
-        "--inputs-json",
-        metavar="FILE",
-        help="a JSON object of initial-context values (typed values)",
-    )
-    run.add_argument(
-        "--answer",
-        metavar="NAME=VALUE",
-        action="append",
-        default=[],
-        help="answer the question ask step NAME waits for (VALUE: JSON, else a string); repeat",
-    )
-    run.add_argument(
-        "--answers-json",
-        metavar="FILE",
-        help="a JSON object of ask step names to answers",
+    _add_inputs(run, "an initial-context value (a string); repeat for more", " (typed values)")
+    _add_answers(
+        run,
+        "answer the question ask step NAME waits for (VALUE: JSON, else a string); repeat",
+        "a JSON object of ask step names to answers",
     )
     run.add_argument(
         "--rerun",
@@ -338,17 +320,10 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="MODULE:ATTR",
         help="the runs' workflow: shows their totals, and answers questions from the page",
     )
-    serve.add_argument(
-        "--input",
-        metavar="KEY=VALUE",
-        action="append",
-        default=[],
-        help="an initial-context value for the runs resumed here (a string); repeat",
-    )
-    serve.add_argument(
-        "--inputs-json",
-        metavar="FILE",
-        help="a JSON object of initial-context values for the runs resumed here",
+    _add_inputs(
+        serve,
+        "an initial-context value for the runs resumed here (a string); repeat",
+        " for the runs resumed here",
     )
     serve.add_argument(
         "--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)"
@@ -357,6 +332,20 @@ def _add_serve(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--port", type=int, default=8765, help="the port (default 8765; 0 picks a free one)"
     )
     add_run_options(serve)
+
+
+def _add_inputs(parser: argparse.ArgumentParser, one: str, of_file: str = "") -> None:
+    """``--input KEY=VALUE`` (``one`` its help) and ``--inputs-json FILE``."""
+    parser.add_argument("--input", metavar="KEY=VALUE", action="append", default=[], help=one)
+    parser.add_argument(
+        "--inputs-json", metavar="FILE", help=f"a JSON object of initial-context values{of_file}"
+    )
+
+
+def _add_answers(parser: argparse.ArgumentParser, one: str, of_file: str) -> None:
+    """``--answer NAME=VALUE`` (``one`` its help) and ``--answers-json FILE``."""
+    parser.add_argument("--answer", metavar="NAME=VALUE", action="append", default=[], help=one)
+    parser.add_argument("--answers-json", metavar="FILE", help=of_file)
 
 
 _WORKER_EPILOG = """\
@@ -405,16 +394,7 @@ def add_inbox_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         required=True,
         help="a database (sqlite:///runs.db, postgresql://...) or a checkpoint file",
     )
-    submit.add_argument(
-        "--input",
-        metavar="KEY=VALUE",
-        action="append",
-        default=[],
-        help="an initial-context value (a string); repeat for more",
-    )
-    submit.add_argument(
-        "--inputs-json", metavar="FILE", help="a JSON object of initial-context values"
-    )
+    _add_inputs(submit, "an initial-context value (a string); repeat for more")
     submit.add_argument(
         "--metadata-json", metavar="FILE", help="a JSON object the run's checkpoints carry"
     )
@@ -440,15 +420,10 @@ def add_inbox_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         help="a database (sqlite:///runs.db, postgresql://...) or a checkpoint file",
     )
     answer.add_argument("--run", metavar="RUN", help="the run (a database holds many)")
-    answer.add_argument(
-        "--answer",
-        metavar="NAME=VALUE",
-        action="append",
-        default=[],
-        help="the answer to question NAME (VALUE: JSON, else a string); repeat",
-    )
-    answer.add_argument(
-        "--answers-json", metavar="FILE", help="a JSON object of question names to answers"
+    _add_answers(
+        answer,
+        "the answer to question NAME (VALUE: JSON, else a string); repeat",
+        "a JSON object of question names to answers",
     )
     answer.add_argument(
         "--workflow",

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from executionkit._cli._exits import EXIT_INTERRUPTED, EXIT_TERMINATED, CliError
 from executionkit._cli._load import load_workflow
-from executionkit._cli._location import DatabaseLocation, FileLocation, parse_location
+from executionkit._cli._location import FileLocation, close_store, open_store, parse_location
 from executionkit._cli._maps import recorded_steps
 from executionkit._cli._run_options import RunFlags
 from executionkit._cli._text import error_text, say
@@ -142,8 +142,8 @@ class Worker:
             # is closed only once it is done (closing it under the thread crashed).
             await asyncio.to_thread(self._looking.acquire)
             try:
-                _close(self._reader)
-                _close(self._writer)
+                close_store(self._reader)
+                close_store(self._writer)
             finally:
                 self._looking.release()
 
@@ -382,9 +382,7 @@ class Worker:
         self.log(f"left run {show(run_id)} alone: {reason}")
 
     def _open(self) -> Any:
-        if isinstance(self.location, DatabaseLocation):
-            return self.location.store(history=self.flags.history)
-        return self.location.writer("worker", history=self.flags.history)
+        return open_store(self.location, "worker", history=self.flags.history)
 
     def _owner(self, run_id: str) -> Any:
         owner = getattr(self._reader, "owner", None)
@@ -400,12 +398,6 @@ class Worker:
             return checkpoint if checkpoint is not None and checkpoint.run_id == run_id else None
         loaded: WorkflowCheckpoint | None = self._reader.load(run_id)
         return loaded
-
-
-def _close(store: Any) -> None:
-    close = getattr(store, "close", None)
-    if callable(close):
-        close()
 
 
 def worker_command(args: argparse.Namespace) -> int:

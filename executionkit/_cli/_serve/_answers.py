@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from executionkit._cli._location import DatabaseLocation
+from executionkit._cli._location import DatabaseLocation, close_store
 from executionkit._cli._run_options import RunFlags
 from executionkit._cli._text import error_text, say
 
@@ -293,9 +293,7 @@ class Resumer:
                 **flags.options,
             )
         finally:
-            close = getattr(store, "close", None)
-            if callable(close):
-                close()
+            close_store(store)
 
 
 def _refusal(error: Exception, path: str) -> str:

@@ -30,7 +30,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from executionkit._cli._exits import CliError
-from executionkit._cli._location import DatabaseLocation, FileLocation
+from executionkit._cli._location import (
+    FileLocation,
+    close_store,
+    open_store,
+)
 from executionkit._cli._maps import failed_items, recorded_steps, unfinished_maps
 from executionkit._cli._text import error_text
 from executionkit._define._questions import waiting_in
@@ -238,15 +242,11 @@ class Source:
         try:
             yield Reader(self.location, store)
         finally:
-            close = getattr(store, "close", None)
-            if callable(close):
-                close()
+            close_store(store)
 
     def open_store(self, *, history: bool = False) -> Any:
         """A new store on the location (the resumes write through one of their own)."""
-        if isinstance(self.location, DatabaseLocation):
-            return self.location.store(history=history)
-        return self.location.writer("serve", history=history)
+        return open_store(self.location, "serve", history=history)
 
     def status(self, reader: Reader, run_id: str, checkpoint: WorkflowCheckpoint | None) -> str:
         """One of `STATUSES`, as the module's docstring says (None: only submitted)."""
