@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 wall: Callable[[], float] = time.time
-"""Seconds since the epoch."""
+"""Seconds since the epoch, a float (a run notes when each attempt starts and ends with it)."""
 monotonic: Callable[[], float] = time.monotonic
 """Seconds of a clock that never goes back."""
 elapsed: Callable[[], float] = time.perf_counter
@@ -36,6 +36,11 @@ new_loop: Callable[[], Any] | None = None
 def utc_now() -> datetime:
     """`wall` as an aware UTC `datetime`."""
     return datetime.fromtimestamp(wall(), UTC)
+
+
+def wall_ms() -> int:
+    """`wall` in whole milliseconds: when attempts start and end (format 5's ``attempts``)."""
+    return int(wall() * 1000)
 
 
 def wall_ns() -> int:

@@ -75,6 +75,9 @@ class RunStarted(Event):
             ``traceparent`` string), or None.
         parent: For the run of a sub-workflow, ``(parent run_id, step name,
             item key or None)`` of the step that runs it; None otherwise.
+        ran_before: Seconds the attempts recorded in that checkpoint ran
+            (its ``attempts``, overlapping ones counted once, the time between
+            calls not at all); 0.0 for a fresh run.
     """
 
     steps: int
@@ -83,6 +86,7 @@ class RunStarted(Event):
     cost: TokenUsage = field(default_factory=TokenUsage)
     trace: str | None = None
     parent: tuple[str, str, str | None] | None = None
+    ran_before: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -26,11 +26,12 @@ from executionkit._checkpoint._kinds import read_moment
 from executionkit._errors import CheckpointFormatError
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
 __all__ = [
     "ATTEMPT_OUTCOMES",
     "Attempt",
+    "busy_seconds",
     "read_attempts",
     "read_new_attempts",
     "read_waits",
@@ -92,6 +93,29 @@ def read_new_attempts(value: object, attempts: tuple[Attempt, ...]) -> tuple[Att
     if value and tuple(attempts[len(attempts) - len(value) :]) != value:
         fail("new_attempts", "a tuple of the last entries of 'attempts'", value)
     return value
+
+
+def busy_seconds(attempts: Iterable[Attempt]) -> float:
+    """Seconds during which at least one of ``attempts`` ran: overlapping ones count once.
+
+    What earlier calls of a run spent running, without the time between them
+    (a resume days later, a person answering): the union of the entries'
+    intervals.
+    """
+    spans = sorted((entry[4], entry[5]) for entry in attempts)
+    total = 0
+    end = None
+    start = 0
+    for began, ended in spans:
+        if end is None or began > end:
+            if end is not None:
+                total += end - start
+            start, end = began, ended
+        else:
+            end = max(end, ended)
+    if end is not None:
+        total += end - start
+    return total / 1000
 
 
 def read_waits(

@@ -632,6 +632,7 @@ class SharedFields:
     __slots__ = (
         "attempts",
         "context_keys",
+        "in_ms",
         "ledger",
         "lineage",
         "log",
@@ -662,8 +663,10 @@ class SharedFields:
         self.metadata = metadata
         # The run's ledger rows (append-only): a checkpoint covers the first `_rows`.
         self.ledger = ledger
-        # The run's attempts log (append-only): a checkpoint covers the first `_ended`.
-        self.attempts: list[Attempt] = []
+        # The run's attempts log (append-only): a checkpoint covers the first `_ended`;
+        # its first `in_ms` entries hold milliseconds, the others may hold seconds (`in_ms`).
+        self.attempts: list[Any] = []
+        self.in_ms = 0
         self.lineage = lineage
         # Set once, by the first listener that traces the run (see Run).
         self.trace: str | None = None
@@ -712,15 +715,36 @@ def _new_ledger(fields: dict[str, Any]) -> Any:
     return tuple(fields["_shared"].ledger[since : fields["_rows"]])
 
 
+def in_ms(shared: SharedFields, end: int) -> list[Attempt]:
+    """The run's attempts log with its first ``end`` entries in integer milliseconds.
+
+    A run appends each entry with its times as `executionkit._clock.wall` read
+    them, seconds as floats (the cheapest reading, taken twice per attempt);
+    the first checkpoint read that covers an entry writes it over in place, in
+    whole milliseconds, the format's unit (at most once: ``shared.in_ms``).
+    """
+    attempts = shared.attempts
+    for index in range(shared.in_ms, end):
+        step, item, attempt, outcome, started, ended = attempts[index]
+        if type(started) is float:
+            start = int(started * 1000)
+            end_ms = int(ended * 1000)
+            attempts[index] = (step, item, attempt, outcome, start, max(end_ms, start))
+    shared.in_ms = max(shared.in_ms, end)
+    return attempts
+
+
 def _attempts(fields: dict[str, Any]) -> Any:
-    return tuple(fields["_shared"].attempts[: fields.get("_ended", 0)])
+    end = fields.get("_ended", 0)
+    return tuple(in_ms(fields["_shared"], end)[:end])
 
 
 def _new_attempts(fields: dict[str, Any]) -> Any:
     since = fields.get("_ended_since")
     if since is None:
         return ()
-    return tuple(fields["_shared"].attempts[since : fields["_ended"]])
+    end = fields["_ended"]
+    return tuple(in_ms(fields["_shared"], end)[since:end])
 
 
 def _in_flight(fields: dict[str, Any]) -> Any:

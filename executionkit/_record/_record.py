@@ -16,6 +16,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from executionkit import _clock
 from executionkit._checkpoint._ledger import ZERO
 from executionkit._checkpoint._output_log import OutputLog
 from executionkit._checkpoint._step_info import Overlaid, StepInfo
@@ -193,6 +194,12 @@ class Record:
         if options.resume_from is not None and options.resume_from.attempts:
             # Format 5's attempts log is append-only across resumes, as the ledger is.
             shared.attempts.extend(options.resume_from.attempts)
+        self._timed: list[Any] = shared.attempts  # entries in seconds until read (in_ms)
+        # When the attempt running now started (`_clock.wall`), noted by the runner as it
+        # calls the function; its end writes the entry and forgets it. The first attempt
+        # of a step (the lean paths) by position, the others (attempt, when) by (step, item).
+        self.first_began: list[float | None] = [None] * len(graph.names)
+        self.began: dict[tuple[str, str | None], tuple[int, float]] = {}
         shared.names = graph.names
         # Steps that spend nothing themselves; a map's items are counted apart.
         shared.quiet = graph.asks | graph.workflows | graph.maps
@@ -284,9 +291,13 @@ class Record:
     def child_saved(self, name: str, key: str | None, checkpoint: WorkflowCheckpoint) -> None:
         """Keep the child's latest checkpoint and count what it spent since the last one."""
         self._spent.append(self.children.keep(name, key, checkpoint))
-        if checkpoint.new_ledger:
+        if checkpoint.new_ledger or checkpoint.new_attempts:
             prefix = join_path(name) if key is None else join_path(name, key)
             self.ledger.extend(prefix, checkpoint.new_ledger)
+            self._timed += [
+                (f"{prefix}/{step}", item, attempt, outcome, started, ended)
+                for step, item, attempt, outcome, started, ended in checkpoint.new_attempts
+            ]
         self.changes += 1
 
     def child_finished(self, name: str, key: str | None, cost: TokenUsage) -> None:
@@ -303,7 +314,7 @@ class Record:
 
     # --- what lands -----------------------------------------------------------------------
 
-    def land(self, position: int, result: Any) -> TokenUsage | None:
+    def land(self, position: int, result: Any) -> TokenUsage | None:  # noqa: C901, PLR0912 - the common case inlined
         """Hold the output a step returned until the next merge; return its cost.
 
         Returns None when the output cannot be recorded (its ``encode`` raised, or
@@ -317,6 +328,13 @@ class Record:
         if self._kept_as_is and not self._open and not isinstance(result, PatternResult):
             # The common case: stored as returned, nothing reported, so no ledger row.
             self.landed[position] = (result, result)
+            began = self.first_began[position]
+            if began is not None:  # attempt_ended, inlined: the path of almost every step
+                self.first_began[position] = None
+                name = self.graph.names[position]
+                self._timed.append((name, None, 1, "ok", began, _clock.wall()))
+            elif self.began:
+                self.attempt_ended(self.graph.names[position], None, "ok")
             if self.progress:
                 self.progress.pop(self.graph.names[position], None)
             self.changes += 1
@@ -335,6 +353,7 @@ class Record:
                 return None
         else:
             stored = result
+        self.attempt_ended(name, None, "ok")
         if reported is None and not self._open:
             cost = _ZERO  # the common case: nothing reported, so no ledger row
         else:
@@ -375,9 +394,11 @@ class Record:
             try:
                 stored = self._storable(position, result, key)
             except Exception as exc:  # noqa: BLE001 - an unrecordable output fails its item
+                self.attempt_ended(name, key, "failed")
                 cost = self.ledger.close(name, key, "failed", reported)
                 self._spent.append(cost)
                 return cost, exc
+        self.attempt_ended(name, key, "ok")
         if reported is None and not self._open:
             cost = _ZERO  # the common case: nothing reported, so no ledger row
         else:
@@ -396,6 +417,7 @@ class Record:
 
     def charge(self, name: str, key: str | None, outcome: str) -> TokenUsage:
         """An attempt of step ``name`` (item ``key``) ended without an output: count its usage."""
+        self.attempt_ended(name, key, outcome)
         cost = self.ledger.close(name, key, outcome)
         if cost is not _ZERO:
             self._spent.append(cost)
@@ -403,8 +425,37 @@ class Record:
             self.last_waste[name, key] = cost
         return cost
 
+    def attempt_ended(self, name: str, key: str | None, outcome: str) -> None:
+        """The attempt of ``name`` (item ``key``) running now ended so: note when (``attempts``).
+
+        Only an attempt whose start the runner noted (`began`) gets an entry:
+        a step that never called its function (a map, an ask, a wait, a
+        sub-workflow) has none, nor one whose failure was noted already.
+        """
+        if key is None:
+            position = self.graph.index.get(name)
+            first = None if position is None else self.first_began[position]
+            if first is not None:
+                self.first_began[position] = None  # type: ignore[index]  # found at it
+                self._timed.append((name, None, 1, outcome, first, _clock.wall()))
+                return
+        began = self.began.pop((name, key), None) if self.began else None
+        if began is not None:
+            attempt, started = began
+            ended = _clock.wall()
+            # No change of its own: the entry rides with the next checkpoint taken (an
+            # attempt cancelled as the run stops adds no write to the stopping).
+            self._timed.append((name, key, attempt, outcome, started, ended))
+
     def abandon(self, name: str, key: str | None, attempt: int) -> None:
-        """A stopping run left this attempt running in its thread: it stays listed in flight."""
+        """A stopping run left this attempt running in its thread: it stays listed in flight.
+
+        It has not ended: like an attempt running when a process dies, it gets no
+        ``attempts`` entry (a resume books it ``"unknown"`` in the ledger).
+        """
+        if key is None and name in self.graph.index:
+            self.first_began[self.graph.index[name]] = None
+        self.began.pop((name, key), None)
         self.in_flight.abandoned.append((name, key, attempt))
         self.changes += 1
 

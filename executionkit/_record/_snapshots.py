@@ -38,7 +38,7 @@ EMPTY: MappingProxyType[str, Any] = MappingProxyType({})
 class Snapshots:
     """Takes the checkpoints of one run's record and builds what the run ends with."""
 
-    __slots__ = ("_length", "_rows", "last", "record")
+    __slots__ = ("_ended", "_length", "_rows", "last", "record")
 
     def __init__(self, record: Record, resumed: WorkflowCheckpoint | None) -> None:
         """Serve ``record``, of a run that resumed from ``resumed`` (None: a fresh run)."""
@@ -48,6 +48,7 @@ class Snapshots:
         # How much of the output log and of the ledger the last checkpoint covered.
         self._length = record.resumed_length
         self._rows = 0 if resumed is None else len(resumed.ledger)
+        self._ended = 0 if resumed is None else len(resumed.attempts)
 
     def take(self) -> WorkflowCheckpoint:
         """Take a checkpoint of everything recorded (and landed) so far."""
@@ -73,9 +74,12 @@ class Snapshots:
             "_rows": rows,
             "_ns": _clock.wall_ns(),
         }
-        ended = len(record.shared.attempts)
+        ended_since = self._ended
+        ended = self._ended = len(record.shared.attempts)
         if ended:
-            fields["_ended"] = ended  # attempts: those a resumed checkpoint held, kept
+            fields["_ended"] = ended  # attempts: the first `_ended` of the run's log
+            if ended != ended_since:
+                fields["_ended_since"] = ended_since  # new_attempts: those since (none without)
         if rows != rows_since:
             fields["_rows_since"] = rows_since  # new_ledger: the rows since (none without)
         describe_in_flight(record, fields)

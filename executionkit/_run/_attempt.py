@@ -20,6 +20,7 @@ from functools import partial
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 
+from executionkit import _clock
 from executionkit._checkpoint._ledger import ZERO
 from executionkit._define._context import ContextView
 from executionkit._define._step import retry_wait
@@ -198,10 +199,9 @@ def _stopped(
     record: Record, name: str, key: str | None, attempt: int, exc: BaseException
 ) -> TokenUsage:
     """An attempt was stopped (``exc``): count what it spent; keep one abandoned listed."""
-    spent = record.charge(name, key, "cancelled")
     if type(exc) is Abandoned:
-        record.abandon(name, key, attempt)
-    return spent
+        record.abandon(name, key, attempt)  # first: it still runs, so it has not ended
+    return record.charge(name, key, "cancelled")
 
 
 _STARTING: contextvars.ContextVar[tuple[Limiter, Ticket] | None] = contextvars.ContextVar(
@@ -296,11 +296,13 @@ class Attempts:
     __slots__ = (
         "_announcer",
         "_away",
+        "_began",
         "_caller_context",
         "_checkpointer",
         "_children",
         "_context",
         "_executor",
+        "_first_began",
         "_general_steps",
         "_grace",
         "_graph",
@@ -364,6 +366,9 @@ class Attempts:
         # Every attempt opens a spend in the ledger; the record counts what it cost.
         self._record = record
         self._ledger: Ledger = record.ledger
+        # When each attempt running now started (format 5's ``attempts``): noted as it is called.
+        self._began = record.began
+        self._first_began = record.first_began
         # Steps that are not called as they are: maps (per item), asks (a question),
         # waits (a time) and sub-workflows (a child run).
         self._special = graph.maps | graph.asks | graph.waits | graph.workflows
@@ -404,6 +409,7 @@ class Attempts:
                 # The common case, kept lean (no coroutine of its own): one attempt,
                 # nothing to time.
                 token = CURRENT_STEP.set((self._host, step.name, self._run_id, 1, 1))
+                self._first_began[position] = _clock.wall()
                 try:
                     result = (
                         self._elsewhere(run, (), view, None)
@@ -477,6 +483,7 @@ class Attempts:
         view = ContextView(self._graph, position, self._context, self._outputs)
         current = StepContext(self._host, step.name, self._run_id, 1, 1)
         ending: Ending = VALUE
+        self._first_began[position] = _clock.wall()
         try:
             result = self._caller_context.copy().run(_call_as, current, step.run, view)
         except BaseException as exc:  # noqa: BLE001 - sorted by caught(), the one ladder
@@ -582,6 +589,7 @@ class Attempts:
         token = CURRENT_STEP.set((self._host, step.name, self._run_id, 1, 1, key))
         if ticket is not None:
             limiter.start_soon(ticket)  # type: ignore[union-attr]  # a ticket comes from one
+        self._began[step.name, key] = (1, _clock.wall())
         try:
             result = run(item, view)
             if type(result) is CoroutineType or inspect.isawaitable(result):
@@ -635,6 +643,7 @@ class Attempts:
         what = f"step {name!r}" + (f", item {key!r}," if item else "")
         ledger = self._ledger
         record = self._record
+        began = self._began
         limiter = self._limiter if step.limit is not None else None
         failed = 0  # attempts that spent one of the retries
         limited = 0  # attempts answered 429, which spend none
@@ -656,6 +665,7 @@ class Attempts:
                 if first is not None:
                     made, first = first, None
                     raise made  # noqa: TRY301 - the lean path's attempt, ended as it ended
+                began[name, key] = (attempt, _clock.wall())
                 result = call()
                 if starting is not None:
                     _STARTING.reset(starting)

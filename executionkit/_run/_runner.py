@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from executionkit import _clock
 from executionkit._checkpoint._fields import FORMAT_VERSION
 from executionkit._checkpoint._lineage import read_trace
+from executionkit._checkpoint._times import busy_seconds
 from executionkit._define._conditions import Conditions
 from executionkit._define._frontier import Frontier
 from executionkit._define._listeners import tracers
@@ -200,6 +201,7 @@ class Run(Landing):
             record.cost,
             shared.trace,
             self._parent,
+            busy_seconds(shared.attempts) if self._resumed and shared.attempts else 0.0,
         )
         for tracer in tracers(self._options.on_event):
             try:

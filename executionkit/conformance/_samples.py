@@ -17,7 +17,6 @@ from executionkit import (
     WorkflowFailed,
     current_step,
 )
-from executionkit._checkpoint._times import ATTEMPT_OUTCOMES
 from executionkit.conformance._names import RUN_ID
 
 _CONTEXT = {"document": "never stored: only this key's name is"}
@@ -401,36 +400,18 @@ def count_attempts(chain: tuple[WorkflowCheckpoint, ...]) -> None:
     """Make the checkpoints of ``chain`` read their ``attempts`` from a `CountedAttempts`.
 
     As `count_ledger_rows`: ``attempts`` and ``new_attempts`` are computed
-    again, from it, when first read. A run that records no attempts entries
-    (``_ended``) gets one per ledger row, each checkpoint covering as many as it
-    covers ledger rows, so that the chain's attempts grow with it either way.
+    again, from it, when first read.
     """
     shared = vars(chain[0]).get("_shared") if chain else None  # the run's SharedFields
     entries = getattr(shared, "attempts", None)
     if not isinstance(entries, list):
         return
-    recorded = any("_ended" in vars(checkpoint) for checkpoint in chain)
-    if not recorded:
-        entries = [
-            (row.step, row.item, row.attempt, _ended_as(row.outcome), _T + n, _T + n + 1)
-            for n, row in enumerate(shared.ledger)  # type: ignore[union-attr]
-        ]
     shared.attempts = CountedAttempts(entries)  # type: ignore[union-attr]
     for checkpoint in chain:
         fields = vars(checkpoint)
-        if fields.get("_shared") is not shared:
-            continue
-        if not recorded and "_rows" in fields:
-            fields["_ended"] = fields["_rows"]
-            if "_rows_since" in fields:
-                fields["_ended_since"] = fields["_rows_since"]
-        fields.pop("attempts", None)
-        fields.pop("new_attempts", None)
-
-
-def _ended_as(outcome: str) -> str:
-    """A ledger row's outcome as an ``attempts`` entry's (an attempt that ran here ended)."""
-    return outcome if outcome in ATTEMPT_OUTCOMES else "ok"
+        if fields.get("_shared") is shared and "_ended" in fields:
+            fields.pop("attempts", None)
+            fields.pop("new_attempts", None)
 
 
 def _chain(length: int) -> Workflow:

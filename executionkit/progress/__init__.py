@@ -162,6 +162,7 @@ class ConsoleProgress:
         self._wasted = TokenUsage()  # of it, what failed attempts spent (this call's)
         self._dollars: Any = None  # the run's bill, when its events carry one (run(prices=))
         self._started: float | None = None
+        self._ran_before = 0.0  # seconds the attempts before a resume ran (RunStarted)
         self._waiting: dict[str, None] = {}  # questions waiting for an answer (by path), as asked
 
     # --- the callback ---------------------------------------------------------------------
@@ -279,6 +280,8 @@ class ConsoleProgress:
         self._active = False
         self._root.running.clear()
         self._root.maps.clear()
+        if self._ran_before:  # the status counts this call's time: say the earlier calls'
+            how += f" (and {_duration(self._ran_before)} of attempts before the resume)"
         return _Line(f"{_PREFIX}: run {self._run_id} {how}", status=True, final=True)
 
     def _child_ended(self, run: _Run) -> None:
@@ -368,7 +371,13 @@ class ConsoleProgress:
         else:  # its restored usage is part of the parent's, restored with it
             name = show(run.path)
         if event.resumed:
-            return f"{_PREFIX}: {name} resumed: {len(event.recorded)}/{event.steps} steps recorded"
+            before = getattr(event, "ran_before", 0.0)
+            before = before if before >= 0.1 else 0.0  # noqa: PLR2004 - under what shows
+            if run is self._root:
+                self._ran_before = before
+            ran = f" ({_duration(before)} of attempts before)" if before else ""
+            recorded = f"{len(event.recorded)}/{event.steps} steps recorded{ran}"
+            return f"{_PREFIX}: {name} resumed: {recorded}"
         return f"{_PREFIX}: {name} started: {_count(event.steps, 'step')}"
 
     # --- text -----------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections import defaultdict
 from typing import Any, Literal
 
@@ -216,3 +217,51 @@ def test_the_ledger_matches_the_bill_through_kills_and_resumes(
     if not killed:
         assert not unknown
         assert total == sum(world.bill.values(), TokenUsage())
+
+
+ATTEMPT_OUTCOMES = {"ok", "failed", "timeout", "cancelled", "rate_limited"}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_the_attempts_log_agrees_with_the_ledger_and_the_calls_through_kills_and_resumes(
+    scenario: tuple[list[dict[str, Any]], list[int], Schedule],
+) -> None:
+    """Format 5's ``attempts``: one entry per attempt that ended, never one more.
+
+    Through the same kills and resumes: no step (item) has more entries than
+    attempts it made; every output recorded has exactly one ``"ok"`` entry, of
+    the attempt that made it, kept across every resume; every ledger row of an
+    attempt that ended here has the entry of that attempt, ended the same way;
+    each entry's times are ordered and fall within the test.
+    """
+    specs, kills, schedule = scenario
+    failing = {f"s{i}": spec["fails"] for i, spec in enumerate(specs)}
+    world = World(kills, failing)
+    began = int(time.time() * 1000)
+    result = asyncio.run(run_to_the_end(world, build(world, specs), schedule))
+    ended = int(time.time() * 1000) + 1
+    final = world.stored[-1]
+    entries = [tuple(entry) for entry in final["attempts"]]
+    by_place: dict[tuple[str, str | None], list[tuple[Any, ...]]] = defaultdict(list)
+    for entry in entries:
+        step, item, attempt, outcome, started, stopped = entry
+        assert outcome in ATTEMPT_OUTCOMES, entry
+        assert began <= started <= stopped <= ended, (entry, began, ended)
+        assert attempt >= 1, entry
+        by_place[step, item].append(entry)
+    for place, found in by_place.items():
+        assert len(found) <= world.attempts[place], (place, found, world.attempts[place])
+        assert sum(entry[3] == "ok" for entry in found) <= 1, (place, found)
+    for index, spec in enumerate(specs):
+        name = f"s{index}"
+        places = [(name, key) for key in ("0", "1")] if spec["kind"] == "map" else [(name, None)]
+        for place in places:
+            oks = [entry for entry in by_place[place] if entry[3] == "ok"]
+            assert len(oks) == 1, (place, by_place[place], result.outputs)
+    ran_here = {
+        (row.step, row.item, row.attempt, row.outcome)
+        for row in result.spending.entries
+        if row.outcome in ATTEMPT_OUTCOMES
+    }
+    assert ran_here <= {entry[:4] for entry in entries}, (ran_here, entries)

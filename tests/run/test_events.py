@@ -51,6 +51,7 @@ WARNING_TEXT = (
 LATER_FIELDS = {
     ("RunStarted", "trace"): None,
     ("RunStarted", "parent"): None,
+    ("RunStarted", "ran_before"): 0.0,  # a resume's (tested in test_attempt_times)
     ("StepRetried", "usage"): TokenUsage(),
     ("StepFailed", "usage"): TokenUsage(),
     ("ItemFailed", "usage"): TokenUsage(),
@@ -482,6 +483,8 @@ async def test_an_async_callback_is_never_run_concurrently_with_itself() -> None
 def comparable(checkpoint: WorkflowCheckpoint) -> dict[str, Any]:
     data = checkpoint.to_dict()
     del data["created_at"]
+    # When each attempt ran differs between two runs; which attempts ended, and how, not.
+    data["attempts"] = [entry[:4] for entry in data.get("attempts", ())]
     data["new_outputs"] = checkpoint.new_outputs
     return data
 

@@ -126,7 +126,8 @@ def test_rerun_by_path_reruns_the_child_step_and_its_dependants_inside_the_child
     calls = Calls("y")
     workflow = research(calls)
     checkpoint = failed(workflow)
-    assert list(checkpoint.children["sub"]["checkpoint"].outputs) == ["x", "z"]
+    # x and z run at once, in threads: either may be recorded first.
+    assert sorted(checkpoint.children["sub"]["checkpoint"].outputs) == ["x", "z"]
     calls.broken.clear()
     calls.count.clear()
     result = workflow.run_sync(resume_from=checkpoint, rerun=["sub/x"])

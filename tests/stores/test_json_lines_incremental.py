@@ -209,11 +209,18 @@ def test_bytes_appended_per_checkpoint_are_its_new_outputs_plus_a_bounded_header
         # And format 5's fingerprint of the code that made each new output.
         info = checkpoint.step_info
         new += sum(fingerprint_bytes(info.get(name)) for name in checkpoint.new_outputs)
+        # And format 5's entry of each attempt that ended (when it ran), written once.
+        timed = [list(entry) for entry in checkpoint.new_attempts]
+        key = len(',"a":')
+        attempt_bytes.append(key + len(json.dumps(timed, separators=(",", ":"))) if timed else 0)
+        new += attempt_bytes[-1]
         sizes.append((store.path.stat().st_size - before, new))
 
+    attempt_bytes: list[int] = []
     result = chain(2000, size=1000).run_sync(checkpoint_fn=save, run_id="r")
     output_bytes = sum(len(json.dumps(value)) for value in result.outputs.values())
-    assert store.path.stat().st_size <= 1.2 * output_bytes
+    assert sum(attempt_bytes) <= 2000 * 60  # one entry per step, at most 60 bytes with its key
+    assert store.path.stat().st_size <= 1.2 * output_bytes + sum(attempt_bytes)
     assert max(written - new for written, new in sizes[1:]) <= 120
     assert sizes[0][0] - sizes[0][1] <= 250  # the first line also says which run
 

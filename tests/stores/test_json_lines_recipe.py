@@ -102,6 +102,12 @@ def test_the_lines_hold_only_new_outputs_in_the_documented_format(tmp_path: Path
     # The attempts running when a checkpoint was taken ("f", format 4), if any: b may
     # have started before the checkpoint of a was taken.
     running = [{"f": [list(a) for a in c.in_flight]} if c.in_flight else {} for c in kept]
+    # When each attempt ran ("a", format 5): the entries of the attempts ended since.
+    timed = [{"a": [list(e) for e in c.new_attempts]} if c.new_attempts else {} for c in kept]
+    assert [[entry[:4] for entry in c.new_attempts] for c in kept] == [
+        [("a", None, 1, "ok")],
+        [("b", None, 1, "ok")],
+    ]
     # Format 5: the fingerprint of the code that made each output ("c" in its info).
     code = {name: kept[-1].step_info[name]["code"] for name in ("a", "b")}
     assert first == {
@@ -111,6 +117,7 @@ def test_the_lines_hold_only_new_outputs_in_the_documented_format(tmp_path: Path
         "t": first["t"],
         "run": {"run_id": "r", "context_keys": ["doc"], "metadata": {"k": 1}, "keep": ["a"]},
         "l": [["a", None, 1, "ok", None, 5, 2, 1]],  # the ledger rows since the line before
+        **timed[0],
         **running[0],
     }
     assert second == {
@@ -118,6 +125,7 @@ def test_the_lines_hold_only_new_outputs_in_the_documented_format(tmp_path: Path
         "n": {"b": [["B"], {"v": None, "d": ["a"], "c": code["b"]}]},
         "c": [5, 2, 1],
         "t": second["t"],
+        **timed[1],
         **running[1],
     }
     assert "secret" not in store.path.read_text(encoding="utf-8")
@@ -448,6 +456,11 @@ def test_bytes_written_stay_close_to_the_output_bytes(tmp_path: Path) -> None:
     # Format 5's fingerprint of the code that made each output, written with it once.
     format_5 = sum(
         fingerprint_bytes(c.step_info.get(name)) for c in kept for name in c.new_outputs
+    )
+    # And format 5's entry of each attempt that ended, when it ran: written once too.
+    format_5 += sum(
+        len(json.dumps([list(entry) for entry in c.new_attempts], separators=(",", ":")))
+        for c in kept
     )
     assert written <= 1.1 * output_bytes + format_4 + format_5
     full_snapshots = tmp_path / "full.json"
