@@ -1,0 +1,158 @@
+"""Live updates send what changed: `split` cuts a main into parts, `Renders` diffs renders."""
+
+from __future__ import annotations
+
+import threading
+from html import unescape
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from executionkit._cli._serve._markup import html, join
+from executionkit._cli._serve._parts import Renders, split, version_of
+
+
+def rebuilt(skeleton: str, parts: dict[str, str]) -> str:
+    """The main again: each marker of the skeleton (a key as escaped) replaced by its part."""
+    pieces = skeleton.split("\x00")
+    return "".join(
+        piece if index % 2 == 0 else parts[unescape(piece)] for index, piece in enumerate(pieces)
+    )
+
+
+def test_split_cuts_the_outermost_parts_whatever_they_hold() -> None:
+    main = (
+        "<h2>Steps</h2><table><tbody>"
+        '<tr class="step-row" data-part="step:a"><td><table><tr><td>x</td></tr></table></td></tr>'
+        '<tr data-part="step:b"><td><br/><img src="x"/></td></tr>'
+        "</tbody></table>"
+        '<svg><g class="node" data-part="node:a"><rect/><g><text>a</text></g></g></svg>'
+    )
+    cut = split(main)
+    assert cut is not None
+    skeleton, parts = cut
+    assert list(parts) == ["step:a", "step:b", "node:a"]
+    assert parts["step:a"].startswith('<tr class="step-row"')
+    assert parts["step:a"].endswith("</table></td></tr>")
+    assert parts["node:a"] == '<g class="node" data-part="node:a"><rect/><g><text>a</text></g></g>'
+    assert "step:a" in skeleton
+    assert "<td>x</td>" not in skeleton
+    assert rebuilt(skeleton, parts) == main
+
+
+def test_keys_are_unescaped_and_hostile_names_stay_inside_their_part() -> None:
+    name = '</tr><tr data-part="step:evil">&"<'
+    row = html('<tr data-part="step:{}"><td>{}</td></tr>', name, name)
+    cut = split(str(join([row, html("<p>after</p>")])))
+    assert cut is not None
+    _skeleton, parts = cut
+    assert list(parts) == [f"step:{name}"]
+    assert parts[f"step:{name}"] == str(row)
+
+
+def test_no_parts_an_unclosed_part_or_a_repeated_key_sends_the_page_whole() -> None:
+    assert split("<p>nothing to cut</p>") is None
+    assert split('<div data-part="a"><div></div>') is None
+    assert split('<p data-part="a">1</p><p data-part="a">2</p>') is None
+
+
+def page(rows: dict[str, str], title: str = "Run") -> str:
+    body = "".join(
+        f'<tr data-part="step:{k}"><td>{k}</td><td>{v}</td></tr>' for k, v in rows.items()
+    )
+    return f"<h1>{title}</h1><table>{body}</table>"
+
+
+def test_renders_send_only_the_parts_that_changed_since_the_page_s_version() -> None:
+    renders = Renders()
+    rows = {f"s{n}": "pending" for n in range(1000)}
+    first = page(rows)
+    version = renders.remember(first)
+    assert version == version_of(first)
+    rows["s500"] = "done"
+    second = page(rows)
+    answer = renders.since(second, version)
+    assert answer == {"v": version_of(second), "parts": {"step:s500": rows_part("s500", "done")}}
+    assert len(str(answer)) < 200
+    # Nothing changed: the version alone.
+    assert renders.since(second, answer["v"]) == {"v": answer["v"]}
+    # The skeleton changed (the title), or a row came: the whole main.
+    assert renders.since(page(rows, "Run 2"), answer["v"])["html"] == page(rows, "Run 2")
+    more = {**rows, "s1000": "pending"}
+    assert renders.since(page(more), answer["v"])["html"] == page(more)
+    # A version the server does not know (a restart, or evicted): the whole main.
+    assert Renders().since(second, version)["html"] == second
+    assert renders.since(second, None)["html"] == second
+
+
+def rows_part(key: str, value: str) -> str:
+    return f'<tr data-part="step:{key}"><td>{key}</td><td>{value}</td></tr>'
+
+
+def test_renders_forget_the_oldest_versions_beyond_what_they_keep() -> None:
+    renders = Renders(keep=3)
+    versions = [renders.remember(page({"a": str(n)})) for n in range(5)]
+    assert "html" in renders.since(page({"a": "x"}), versions[0])
+    assert "parts" in renders.since(page({"a": "y"}), versions[-1])
+
+
+def test_renders_are_shared_by_threads_without_a_lost_or_wrong_answer() -> None:
+    renders = Renders(keep=64)
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def follow(thread: int) -> None:
+        try:
+            barrier.wait()
+            known = renders.remember(page({"a": "0", "b": str(thread)}))
+            for n in range(1, 50):
+                main = page({"a": str(n), "b": str(thread)})
+                answer = renders.since(main, known)
+                if "parts" in answer:
+                    assert answer["parts"] == {"step:a": rows_part("a", str(n))}
+                else:
+                    assert answer["html"] == main
+                known = answer["v"]
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=follow, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+
+
+# (No NUL: the skeleton marks a part with it; a key holding one still splits and diffs.)
+names = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",), exclude_characters="\x00"),
+    max_size=8,
+)
+
+
+@given(st.lists(st.tuples(names, names, st.booleans()), max_size=12, unique_by=lambda t: t[0]))
+def test_any_page_of_escaped_parts_rebuilds_from_its_skeleton_and_parts(
+    rows: list[tuple[str, str, bool]],
+) -> None:
+    main = str(
+        join(
+            [
+                html("<h2>{}</h2>", "title"),
+                *(
+                    html('<div data-part="{}"><div>{}</div></div>', key, text)
+                    if wrapped
+                    else html('<tr data-part="{}"><td>{}</td></tr>', key, text)
+                    for key, text, wrapped in rows
+                ),
+            ]
+        )
+    )
+    cut = split(main)
+    if not rows:
+        assert cut is None
+        return
+    assert cut is not None
+    skeleton, parts = cut
+    assert list(parts) == [key for key, _text, _wrapped in rows]
+    assert rebuilt(skeleton, parts) == main
