@@ -9,8 +9,10 @@ are saved for a worker) and saves, with Debian's chromium driven by
 playwright, one PNG per page into ``docs/images/`` (or ``--out``):
 
 - ``serve-runs.png``: the runs page;
-- ``serve-run.png``: a run waiting for an answer;
-- ``serve-map.png``: the map that stopped;
+- ``serve-run.png``: a run waiting for an answer, its timeline showing a 429
+  and a failed attempt retried, and the question's wait;
+- ``serve-map.png``: the map that stopped, its items folded into one row of the
+  timeline;
 - ``serve-questions.png``: the inbox of every waiting question;
 - ``serve-compare.png``: the fork compared with its parent;
 - ``serve-filter.png``: the runs page filtered to the failed runs.
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +40,7 @@ from serve import served  # noqa: E402
 from executionkit import (  # noqa: E402
     Price,
     Prices,
+    RateLimited,
     Step,
     TokenUsage,
     Workflow,
@@ -58,17 +62,36 @@ def _spent(tokens: int, model: str) -> None:
     current_step().add_usage(TokenUsage(tokens, tokens // 5, 1), model=model)
 
 
+def _fetch(_ctx: Any) -> str:
+    """Answered 429 at first (the timeline shows the rate limit), then fetched."""
+    time.sleep(0.15)  # the time a download takes, for the timeline to show
+    if current_step().attempt == 1:
+        raise RateLimited(retry_after=0.3)
+    return "Quarterly notes: revenue up 12%."
+
+
 def _summarize(_ctx: Any) -> str:
+    """Fails at first (the timeline shows the retry), then summarises."""
+    time.sleep(0.25)  # the model's latency, for the timeline to show
     _spent(1800, "big-model")
+    if current_step().attempt == 1:
+        msg = "the model answered an empty string"
+        raise ValueError(msg)
     return "Revenue grew 12%."
 
 
 def report() -> Workflow:
-    """Fetch, summarise, a question, publish."""
+    """Fetch (a 429 first), summarise (a failure first), a question, publish."""
     return Workflow(
         [
-            Step("fetch_document", lambda _ctx: "Quarterly notes: revenue up 12%."),
-            Step("summarize_findings", _summarize, depends_on=("fetch_document",)),
+            Step("fetch_document", _fetch),
+            Step(
+                "summarize_findings",
+                _summarize,
+                depends_on=("fetch_document",),
+                retries=1,
+                retry_delay=0.4,
+            ),
             Step.ask(
                 "approve",
                 lambda ctx: f"Publish this summary? {ctx['summarize_findings']}",
@@ -80,6 +103,7 @@ def report() -> Workflow:
 
 
 def _flaky(item: int, _ctx: Any) -> int:
+    time.sleep(0.02 + item % 5 * 0.01)  # each item's own latency, for the timeline
     _spent(300, "small-model")
     if item == 31:
         msg = "the model answered an empty string"

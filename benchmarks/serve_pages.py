@@ -10,10 +10,17 @@ requests. The pages are timed on three locations:
    waiting for an answer, one in four failed (the runs page, filtered, searched,
    and the inbox of their questions);
 2. **1,000 runs and three big ones**: the same, plus a chain of ``--steps``
-   steps (finished), a fork of it with its middle step overridden, and a map
-   over ``--items`` items that stopped at a failed item (every page);
+   steps (finished; every seventh step fails its first attempt and is retried,
+   so the checkpoint's ``attempts`` holds one or two entries per step), a fork
+   of it with its middle step overridden, and a map over ``--items`` items that
+   stopped at a failed item (an entry of ``attempts`` per item attempt; every
+   page);
 3. **alone**: the chain and its fork, and the map, each in a location of its
    own (a run's page, and the comparison, without the other runs to read).
+
+A run's page draws its timeline (a row per step, from ``attempts``) and its
+steps' durations: the line before the table says how many entries of
+``attempts`` the big runs' checkpoints hold.
 
 Each figure is the median of ``--requests`` GETs (after one warm-up), with
 [min-max], in milliseconds, through `http.client` to a server started in this
@@ -42,14 +49,13 @@ source.put_on_path()
 
 from serve import (  # noqa: E402
     big_map,
-    chain,
     served,
     small,
     spread,
     timed,
 )
 
-from executionkit import Price, Prices  # noqa: E402
+from executionkit import Price, Prices, Step, Workflow, current_step  # noqa: E402
 from executionkit._cli._location import parse_location  # noqa: E402
 from executionkit._cli._serve import App  # noqa: E402
 from executionkit._cli._serve._runs import Source  # noqa: E402
@@ -58,7 +64,34 @@ from executionkit.stores import SQLiteStore  # noqa: E402
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from executionkit import Workflow
+
+RETRIED_EVERY = 7  # every seventh step of the chain fails its first attempt
+
+
+def _step(number: int) -> Any:
+    def step(_ctx: Any) -> int:
+        if number % RETRIED_EVERY == 0 and current_step().attempt == 1:
+            msg = f"step {number} fails its first attempt"
+            raise RuntimeError(msg)
+        return number
+
+    return step
+
+
+def retried_chain(steps: int) -> Workflow:
+    """``steps`` steps, each after the one before; every seventh is retried once."""
+    return Workflow(
+        [
+            Step(
+                f"s{n}",
+                _step(n),
+                depends_on=(() if n == 0 else (f"s{n - 1}",)),
+                retries=1,
+                retry_delay=0,
+            )
+            for n in range(steps)
+        ]
+    )
 
 
 def _run(workflow: Workflow, store: SQLiteStore, run_id: str, context: dict[str, Any]) -> None:
@@ -76,7 +109,7 @@ def small_runs(store: SQLiteStore, runs: int) -> None:
 
 def big_runs(store: SQLiteStore, steps: int, items: int) -> None:
     """A finished chain of ``steps`` steps, a fork of it, and a map over ``items`` items."""
-    long = chain(steps)
+    long = retried_chain(steps)
     _run(long, store, "chain", {})
     parent = store.load("chain")
     assert parent is not None  # noqa: S101 - the run above saved it
@@ -111,8 +144,26 @@ def locations(folder: Path, runs: int, steps: int, items: int) -> tuple[str, str
     finally:
         store.close()
     made.append(f"sqlite:///{folder / 'map.db'}")
-    print(f"made the locations in {time.perf_counter() - start:.1f} s\n")
+    print(f"made the locations in {time.perf_counter() - start:.1f} s")
+    _say_attempts(folder / "chain.db", "chain", "big")
     return made[0], made[1], made[2], made[3]
+
+
+def _say_attempts(path: Path, *run_ids: str) -> None:
+    """How many entries of ``attempts`` the runs' latest checkpoints hold (the timeline's)."""
+    store = SQLiteStore(path)
+    try:
+        for run_id in run_ids:
+            checkpoint = store.load(run_id)
+            assert checkpoint is not None  # noqa: S101 - made above
+            entries = checkpoint.attempts
+            retried = sum(1 for entry in entries if entry[2] > 1)
+            print(f"run {run_id}: {len(entries):,} entries of attempts, {retried:,} retries")
+            if not entries:
+                print("  (this version writes no attempts: the timelines are empty)")
+    finally:
+        store.close()
+    print()
 
 
 @contextlib.contextmanager

@@ -29,6 +29,7 @@ from executionkit._cli._location import (
 from executionkit._cli._maps import failed_items, items_text, recorded_steps, unfinished_maps
 from executionkit._cli._prices import dollars, dollars_lines, load_prices
 from executionkit._cli._questions import expired, now, question_block
+from executionkit._cli._step_times import duration_text, step_times
 from executionkit._cli._text import invocation, json_document, out, preview
 from executionkit._define._questions import waiting_in
 from executionkit._define._waits import waits_in
@@ -356,6 +357,13 @@ def describe(
     recorded step. ``failed_items`` holds the failed steps of each failed item of a
     map of sub-workflows. ``waiting`` holds each question an ask step waits for an
     answer to, whole, with when it was asked, its deadline and whether that has passed.
+    ``step_times`` holds, for each step with attempts in the checkpoint's ``attempts``
+    (format 5; a sub-workflow's steps count for their step, a map's items for their
+    map), in the workflow's order: ``started_ms`` and ``ended_ms`` (its first
+    attempt's start and last attempt's end, milliseconds since the epoch),
+    ``duration_ms``, ``attempts`` (the most attempts the step or one of its items
+    took), ``ended`` (how many attempts ended), ``outcomes`` (how many ended each
+    way) and ``items`` (how many of a map's items ran; None for other steps).
     """
     outputs = checkpoint.outputs
     names = list(outputs)
@@ -413,6 +421,31 @@ def describe(
         "in_flight": [list(attempt) for attempt in checkpoint.in_flight],
         "in_flight_items": dict(checkpoint.in_flight_items),
         "lineage": lineage_dict(checkpoint.lineage),
+        "step_times": _step_times(checkpoint, workflow),
+    }
+
+
+def _step_times(checkpoint: WorkflowCheckpoint, workflow: Workflow | None) -> dict[str, Any]:
+    """``describe``'s ``step_times``: each step's times from ``attempts``, in the run's order."""
+    if workflow is not None:
+        order = [step.name for step in workflow.steps]
+    else:
+        order = [*checkpoint.outputs, *checkpoint.errors, *checkpoint.skipped]
+    position = {name: number for number, name in enumerate(dict.fromkeys(order))}
+    found = step_times(checkpoint, position)
+    # Steps the order lacks (ran, and recorded nothing yet) come last, in the order they ran.
+    ranked = sorted(found, key=lambda name: position.get(name, len(position)))
+    return {
+        name: {
+            "started_ms": found[name].started,
+            "ended_ms": found[name].ended,
+            "duration_ms": found[name].duration,
+            "attempts": found[name].attempts,
+            "ended": len(found[name].entries),
+            "outcomes": dict(found[name].outcomes),
+            "items": len(found[name].items) if found[name].items else None,
+        }
+        for name in ranked
     }
 
 
@@ -475,6 +508,8 @@ def describe_text(summary: Mapping[str, Any]) -> str:
         if summary["unknown"]:
             names = ", ".join(map(show, summary["unknown"]))
             field("unknown", f"{names} (recorded, but not a step of the workflow)")
+    if summary.get("step_times"):
+        field("durations", *_duration_lines(summary["step_times"]))
     field("failed", *_failed_lines(summary))
     if summary["skipped"]:
         skips = summary["skipped"].items()
@@ -511,6 +546,26 @@ def _unfinished_fields(summary: Mapping[str, Any]) -> list[tuple[str, list[str]]
             )
         )
     return fields
+
+
+def _duration_lines(times: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """``fetch: 1.2 s, 2 attempts (1 failed, 1 ok)``: each step's time, from its attempts.
+
+    A map says how many items ran (``10,000 items, 10,003 attempts``); a
+    sub-workflow, the attempts of its steps.
+    """
+    lines = []
+    for name, entry in times.items():
+        ended = entry["ended"]
+        outcomes = ", ".join(f"{n:,} {outcome}" for outcome, n in entry["outcomes"].items())
+        counted = f"{ended:,} attempt{'' if ended == 1 else 's'}"
+        if entry["items"] is not None:
+            counted = f"{_items(entry['items'])}, {counted}"
+        elif not entry["attempts"]:
+            counted += " of its steps"
+        took = duration_text(entry["duration_ms"])
+        lines.append(f"{show(name)}: {took}, {counted} ({outcomes})")
+    return lines
 
 
 def _timer_lines(timers: Mapping[str, Mapping[str, Any]]) -> list[str]:

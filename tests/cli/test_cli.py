@@ -1120,6 +1120,7 @@ def test_inspect_json(cli: Callable[..., Outcome], tmp_path: Path) -> None:
         "in_flight": [],
         "in_flight_items": {},
         "lineage": {},
+        "step_times": {},
         "claimed_by": None,
     }
     without = json.loads(cli("inspect", "run.json", "--json").out)

@@ -1,7 +1,8 @@
 """``executionkit serve``: a local page to watch the runs of a location and answer their questions.
 
 Standard library only: `http.server` serves pages rendered here (`_html`, with
-the graph drawn as SVG by `_svg`; the pages across runs, `_pages`) from what the
+the graph drawn as SVG by `_svg` and the timeline by `_timeline`; the pages
+across runs, `_pages`) from what the
 store holds (`_runs`: its checkpoints, and its inbox of submitted runs, saved
 answers and runs a worker left alone; `_survey`: every run's latest checkpoint
 at a glance, read for each request; `_compare`: two runs side by side;

@@ -22,6 +22,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from executionkit import _clock
 from executionkit._cli._location import DatabaseLocation, close_store
 from executionkit._cli._run_options import RunFlags
 from executionkit._cli._text import error_text, say
@@ -43,6 +44,8 @@ _STREAM_KEPT = 65536  # characters of a running attempt's streamed text kept (th
 class StepEvents:
     """What this server saw of one step: attempts, duration, tokens; whether it runs now.
 
+    ``started_ms``: when this server saw it start (milliseconds since the epoch,
+    by `executionkit._clock.wall`), for the time it has been running so far.
     ``streamed``: the text its running attempt streamed so far (`StepStreamed`),
     of attempt ``streamed_attempt``; a later attempt starts a new text, and the
     text goes once the step has ended (its output is what it returned).
@@ -54,6 +57,7 @@ class StepEvents:
     running: bool = False
     streamed: str = ""
     streamed_attempt: int = 0
+    started_ms: int | None = None
 
 
 @dataclass(slots=True)
@@ -96,6 +100,7 @@ class Tracker:
                         s.running,
                         s.streamed,
                         s.streamed_attempt,
+                        s.started_ms,
                     )
                     for name, s in seen.steps.items()
                 },
@@ -126,6 +131,7 @@ class Tracker:
             _stream(seen, event)
             if isinstance(event, events.StepStreamed):
                 return
+        _started(seen, event)
         if isinstance(event, events.StepStarted):
             _stream(seen, event)
             seen.attempts, seen.running = event.attempt, True
@@ -141,6 +147,14 @@ class Tracker:
             keys = run.failed_items.setdefault(step, [])
             if len(keys) < _FAILED_KEYS_KEPT:
                 keys.append(event.item)
+
+
+def _started(seen: StepEvents, event: Event) -> None:
+    """Note when a step that was not running starts (a retry goes on from its first start)."""
+    from executionkit import events  # noqa: PLC0415
+
+    if isinstance(event, (events.StepStarted, events.MapStarted)) and not seen.running:
+        seen.started_ms = _clock.wall_ms()
 
 
 def _stream(seen: StepEvents, event: Any) -> None:

@@ -25,6 +25,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from executionkit import _clock
 from executionkit._cli._location import DatabaseLocation, _without_password
 from executionkit._cli._serve._answers import RunEvents, Tracker
 from executionkit._cli._serve._compare import compare
@@ -51,6 +52,7 @@ from executionkit._cli._serve._runs import (
     step_views,
 )
 from executionkit._cli._serve._survey import RunsQuery, survey
+from executionkit._cli._step_times import step_times
 from executionkit._cli._text import invocation
 from executionkit._define._questions import waiting_in
 from executionkit._terminal import show
@@ -263,6 +265,8 @@ class App:
             changes,
             lineage,
             bills,
+            step_times(checkpoint, {step.name: None for step in steps}),
+            _clock.wall_ms(),
         )
         title = f"run {page_id}" if child is None else f"run {page_id} / {child}"
         return Shown(run_main(page), title, status == "running", found.waiting)

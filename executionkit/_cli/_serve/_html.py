@@ -21,6 +21,8 @@ from urllib.parse import urlencode
 
 from executionkit._cli._serve._markup import Markup, html, join, markup
 from executionkit._cli._serve._svg import graph_svg
+from executionkit._cli._serve._timeline import timeline
+from executionkit._cli._step_times import duration_text
 from executionkit._define._waits import waits_in
 from executionkit._paths import join_path
 from executionkit._terminal import json_text
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
         StepLedger,
         StepView,
     )
+    from executionkit._cli._step_times import StepTimes  # noqa: TC004 - dataclass annotations stay strings
 
 PREVIEW_CHARS = 160
 SHOWN_FAILED_KEYS = 20
@@ -282,6 +285,8 @@ class RunPage:
     code_changes: Sequence[CodeChange] = ()  # with --workflow: recorded steps whose code changed
     lineage: Markup = NOTHING  # where a fork came from, and the forks made of this run
     money: Markup = NOTHING  # with --prices: dollars by step and by model
+    times: Mapping[str, StepTimes] = field(default_factory=dict)  # `step_times`, by step
+    now_ms: int = 0  # when the page is made: milliseconds since the epoch
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,6 +365,15 @@ def run_main(run: RunPage) -> Markup:
         parts.append(_questions(run))
     parts.append(html('<h2>Graph</h2><div class="graph-box">{}</div>', graph_svg(run.steps)))
     parts.append(_steps_table(run))
+    parts.append(
+        timeline(
+            checkpoint,
+            run.steps,
+            now_ms=run.now_ms,
+            times=run.times,
+            live=run.status == "running",
+        )
+    )
     parts.append(run.money)
     return join(parts)
 
@@ -555,8 +569,6 @@ def _steps_table(run: RunPage) -> Markup:
     """The table of the run's steps, one row each, and the note on where its numbers come from."""
     rows = []
     for number, step in enumerate(run.steps):
-        seen = run.events.steps.get(step.name)
-        duration = "-" if seen is None or seen.duration is None else f"{seen.duration:.2f} s"
         rows.append(
             html(
                 '<tr class="step-row" id="step-{}" data-step="{}">'
@@ -569,7 +581,7 @@ def _steps_table(run: RunPage) -> Markup:
                 step.kind,
                 status_word(step.status),
                 _attempts(run, step),
-                duration,
+                _duration(run, step),
                 _tokens(run, step),
                 _output(run, step),
                 _items(step),
@@ -581,20 +593,47 @@ def _steps_table(run: RunPage) -> Markup:
         '<h2>Steps</h2><table class="steps"><thead><tr><th>step</th><th>kind</th>'
         "<th>status</th><th>attempts</th><th>duration</th><th>tokens</th><th>output</th>"
         "<th>error</th></tr></thead><tbody>{}</tbody></table>"
-        '<p class="note">Tokens and attempts come from the ledger a checkpoint keeps (format '
-        "4: the attempts that reported usage, wasted ones included); durations, and the "
-        "attempts of steps without usage, are known for the runs this server resumed.</p>",
+        '<p class="note">Tokens come from the ledger a checkpoint keeps (format 4: the '
+        "attempts that reported usage, wasted ones included). Durations and attempts come "
+        "from when each attempt ran (format 5: every attempt that ended, with or without "
+        "usage): from the first attempt's start to the last one's end, a map's from its first "
+        "item's start to its last item's end; a step running shows how long it has run only "
+        "in a run this server resumed, which it hears.</p>",
         join(rows),
     )
 
 
 def _attempts(run: RunPage, step: StepView) -> str:
-    """The step's attempts, as text: as its events said, else the most its ledger rows record."""
+    """The step's attempts: as its events said, else the most its ledger or its times record."""
     seen = run.events.steps.get(step.name)
     if seen is not None and seen.attempts:
         return str(seen.attempts)
     recorded = run.ledger.get(step.name)
-    return "-" if recorded is None or not recorded.attempts else str(recorded.attempts)
+    times = run.times.get(step.name)
+    most = max(
+        0 if recorded is None else recorded.attempts, 0 if times is None else times.attempts
+    )
+    return str(most) if most else "-"
+
+
+def _duration(run: RunPage, step: StepView) -> str:
+    """How long the step ran: from its attempts' times, else from its events.
+
+    A step running now shows how long it has run so far only when this server
+    saw it start (it resumed the run): a checkpoint holds no time of an attempt
+    that has not ended.
+    """
+    seen = run.events.steps.get(step.name)
+    if step.status == "running" or (seen is not None and seen.running):
+        if seen is None or not seen.running or seen.started_ms is None:
+            return "-"
+        return f"{duration_text(run.now_ms - seen.started_ms)} so far"
+    times = run.times.get(step.name)
+    if times is not None:
+        return duration_text(times.duration)
+    if seen is not None and seen.duration is not None:
+        return duration_text(round(seen.duration * 1000))
+    return "-"
 
 
 def _tokens(run: RunPage, step: StepView) -> Markup:

@@ -37,6 +37,7 @@ from executionkit._cli import main
 from executionkit._cli._serve import allowed_hosts
 from executionkit._cli._serve._runs import StepLedger, StepView, ledger_by_step
 from executionkit._cli._serve._svg import levels
+from executionkit._cli._step_times import duration_text, step_times
 from executionkit.stores import JsonFileStore, JsonLinesStore, PostgresStore, SQLiteStore
 
 if TYPE_CHECKING:
@@ -263,9 +264,12 @@ def test_without_a_workflow_the_form_saves_and_other_posts_are_refused(
         assert "run serve_workflows:approval --checkpoint" not in page
         assert "--answer approve=VALUE" in page
         draft = page[page.index('data-step="draft"') :].split("</tr>")[0]
-        assert '<td class="number">1</td><td class="number">-</td><td class="number">60</td>' in (
-            draft
-        ), "attempts and tokens from the checkpoint's ledger"
+        recorded = store.load("review")
+        assert recorded is not None
+        took = duration_text(step_times(recorded, {"draft"})["draft"].duration)
+        number = '<td class="number">{}</td>'
+        cells = "".join(number.format(cell) for cell in ("1", took, "60"))
+        assert cells in draft, "attempts and tokens from the ledger, the duration from attempts"
         assert f"sqlite:///{Path(url.removeprefix('sqlite:///'))}?run_id=review" in page
         form = {"token": served.app.token, "run": "review", "path": "approve", "value": "yes"}
         status, _, page = _request(served.url, "/elsewhere", method="POST", form=form)

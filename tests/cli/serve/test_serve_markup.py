@@ -61,6 +61,7 @@ TAGS = frozenset(  # every tag the server writes
     | {"dd", "section", "form", "input", "label", "button", "pre", "code", "div"}
     | {"svg", "g", "path", "rect", "text"}
     | {"time", "wbr"}  # a time shown to the second; where a name may wrap (issue 35)
+    | {"line", "defs", "pattern", "details", "summary"}  # the timeline (issue 35)
 )
 ATTRIBUTES = frozenset(  # every attribute it writes (the parser lowers ``viewBox``)
     {"lang", "charset", "name", "content", "rel", "href", "src", "defer", "class", "id"}
@@ -79,6 +80,8 @@ ATTRIBUTES = frozenset(  # every attribute it writes (the parser lowers ``viewBo
     }
     | {"x", "y", "rx", "d"}
     | {"datetime", "title"}  # a time's ISO text (issue 35)
+    | {"data-part", "x1", "y1", "x2", "y2", "text-anchor", "fill", "aria-hidden"}  # the timeline
+    | {"patternunits", "patterntransform"}  # its hatching (the parser lowers both)
 )
 ASSET_SCRIPT = ("script", [("src", "/assets/serve.js"), ("defer", None)])
 

@@ -126,7 +126,7 @@ def test_renders_are_shared_by_threads_without_a_lost_or_wrong_answer() -> None:
 
 # (No NUL: the skeleton marks a part with it; a key holding one still splits and diffs.)
 names = st.text(
-    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",), exclude_characters="\x00"),
+    alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"], exclude_characters="\x00"),
     max_size=8,
 )
 

@@ -24,7 +24,20 @@
       window.setTimeout(poll, 2000);
       return;
     }
+    // A timeline row's <details> the reader opened stays open across the swap.
+    const opened = new Set();
+    for (const row of main.querySelectorAll("[data-part]")) {
+      if (row.querySelector(":scope > details[open]")) {
+        opened.add(row.dataset.part);
+      }
+    }
     main.innerHTML = state.html;
+    for (const row of main.querySelectorAll("[data-part]")) {
+      const details = row.querySelector(":scope > details");
+      if (details && opened.has(row.dataset.part)) {
+        details.open = true;
+      }
+    }
     const header = document.querySelector("body > header");
     if (header && typeof state.header === "string") {
       header.innerHTML = state.header;
