@@ -32,12 +32,16 @@ gates: dict[str, threading.Event] = {}
 started: dict[str, threading.Event] = {}
 calls: dict[str, int] = {}
 lock = threading.Lock()
+released = threading.Event()  # set by release_all: every gate, even one made later, is open
 
 
 def gate(name: str) -> threading.Event:
-    """The gate ``name`` (made closed on first use)."""
+    """The gate ``name`` (made closed on first use, open once `release_all` was called)."""
     with lock:
-        return gates.setdefault(name, threading.Event())
+        made = gates.setdefault(name, threading.Event())
+        if released.is_set():
+            made.set()
+        return made
 
 
 def begun(name: str) -> threading.Event:
@@ -52,11 +56,13 @@ def reset() -> None:
         gates.clear()
         started.clear()
         calls.clear()
+        released.clear()
 
 
 def release_all() -> None:
-    """Open every gate, so that no step stays held once a test ends."""
+    """Open every gate, those made later too, so that no step stays held once a test ends."""
     with lock:
+        released.set()
         for event in gates.values():
             event.set()
 
@@ -135,6 +141,25 @@ def live(held_by: str = "slow") -> Workflow:
             Step("first", lambda ctx: "first done"),
             Step("slow", slow, depends_on=("first",)),
             Step("last", lambda ctx: f"{ctx['slow']}, last done", depends_on=("slow",)),
+        ]
+    )
+
+
+def gated_chain(steps: int) -> Workflow:
+    """``steps`` steps in a chain, ``g0`` ...; each after ``g0`` waits for the gate of its name."""
+
+    def make(name: str) -> Any:
+        def step(ctx: Mapping[str, Any]) -> str:
+            if name != "g0":  # the first is recorded at once: the run is in the store
+                _held(name)
+            return f"{name} done"
+
+        return step
+
+    return Workflow(
+        [
+            Step(f"g{n}", make(f"g{n}"), depends_on=(() if n == 0 else (f"g{n - 1}",)))
+            for n in range(steps)
         ]
     )
 

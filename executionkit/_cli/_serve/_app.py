@@ -43,6 +43,7 @@ from executionkit._cli._serve._http import PER_PAGE, page_count
 from executionkit._cli._serve._markup import html
 from executionkit._cli._serve._money import money
 from executionkit._cli._serve._pages import compare_main, lineage_box, money_box, questions_main
+from executionkit._cli._serve._parts import Renders
 from executionkit._cli._serve._runs import (
     Unreadable,
     bill,
@@ -123,6 +124,8 @@ class App:
     token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     hosts: frozenset[str] = frozenset()
     refusals: Refusals = field(default_factory=Refusals)
+    # The renders live pages show, so that a poll gets only the parts that changed.
+    renders: Renders = field(default_factory=Renders)
 
     @property
     def header(self) -> Markup:

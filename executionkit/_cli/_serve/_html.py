@@ -47,13 +47,23 @@ NOTHING = html("")
 
 
 def document(
-    title: str, header: Markup, main: Markup, *, live: str | None = None, stream: str | None = None
+    title: str,
+    header: Markup,
+    main: Markup,
+    *,
+    live: str | None = None,
+    stream: str | None = None,
+    version: str | None = None,
 ) -> Markup:
     """A whole page; ``live`` is the URL the script polls while the page changes.
 
     ``stream``: the URL of the text a run's running steps stream, polled faster.
+    ``version``: the version of ``main`` (`_parts.Renders`), which the script's
+    polls name so that only what changed since comes back.
     """
     attributes = html("") if live is None else html(' data-live="{}"', live)
+    if version is not None:
+        attributes = html('{} data-version="{}"', attributes, version)
     if stream is not None:
         attributes = html('{} data-stream="{}"', attributes, stream)
     return html(
@@ -350,7 +360,7 @@ def run_main(run: RunPage) -> Markup:
         keys = join(checkpoint.context_keys, ", ")
         facts.append(("inputs", html("{} (names only: values are never stored)", keys)))
     parts = [
-        html('<h1 class="run-title">{}</h1><dl class="facts">', title),
+        html('<h1 class="run-title">{}</h1><dl class="facts" data-part="facts">', title),
         *(html("<dt>{}</dt><dd>{}</dd>", label, value) for label, value in facts),
         html("</dl>"),
     ]
@@ -571,11 +581,12 @@ def _steps_table(run: RunPage) -> Markup:
     for number, step in enumerate(run.steps):
         rows.append(
             html(
-                '<tr class="step-row" id="step-{}" data-step="{}">'
+                '<tr class="step-row" id="step-{}" data-step="{}" data-part="step:{}">'
                 '<td class="step-name">{}</td><td>{}</td><td>{}</td>'
                 '<td class="number">{}</td><td class="number">{}</td>'
                 '<td class="number">{}</td><td>{}{}{}</td><td class="error">{}</td></tr>',
                 number,
+                step.name,
                 step.name,
                 breakable(step.name),
                 step.kind,

@@ -6,7 +6,9 @@
   question waiting, the oldest asked first, each with its form;
   ``GET /compare?a=ID&b=ID``: two runs side by side; ``GET /output?id=ID&step=NAME``:
   one output whole, as JSON text. ``&live=1`` on a page gives what the page's
-  script polls: ``{"live": bool, "html": main, "header": header}``.
+  script polls: ``{"live": bool, "header": header, "v": version}`` with
+  ``"parts"`` (the parts of the main that changed since the render ``&since=V``,
+  by key) or ``"html"`` (the whole main), see `_parts`.
 - ``GET /stream?id=ID``: the text the run's running steps streamed so far, from
   the events of a run this server resumes (no store read), for the page's
   script to ask for every 100 ms.
@@ -253,18 +255,23 @@ class Handler(BaseHTTPRequestHandler):
         return False
 
     def _page(self, shown: Shown, query: dict[str, str]) -> None:
-        header = self.server.app.header_of(shown.waiting)
+        app = self.server.app
+        header = app.header_of(shown.waiting)
         if query.get("live") == "1":
-            state = {"live": shown.live, "html": shown.main, "header": header}
+            # What changed since the render the page shows (``since``): its parts, or all.
+            changed = app.renders.since(shown.main, query.get("since"))
+            state = {"live": shown.live, "header": header, **changed}
             self._send(HTTPStatus.OK, "application/json", json.dumps(state).encode())
             return
-        url = stream = None
+        url = stream = version = None
         path = urlsplit(self.path).path
         if shown.live:  # rebuilt from what was parsed: only ever a path on this server
-            url = f"{path}?{urlencode({**query, 'live': '1'})}"
-            if path == "/run" and "child" not in query and self.server.app.resumer is not None:
+            asked = {key: value for key, value in query.items() if key != "since"}
+            url = f"{path}?{urlencode({**asked, 'live': '1'})}"
+            version = app.renders.remember(shown.main)
+            if path == "/run" and "child" not in query and app.resumer is not None:
                 stream = f"/stream?{urlencode({'id': query['id']})}"
-        page = document(shown.title, header, shown.main, live=url, stream=stream)
+        page = document(shown.title, header, shown.main, live=url, stream=stream, version=version)
         self._send(HTTPStatus.OK, "text/html; charset=utf-8", page)
 
     def _stream(self, page_id: str) -> None:

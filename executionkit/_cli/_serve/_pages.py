@@ -200,7 +200,7 @@ def money_box(money: Money) -> Markup:
         money.wasted,
     )
     return html(
-        '<section class="money"><h2>Dollars</h2>'
+        '<section class="money" data-part="money"><h2>Dollars</h2>'
         '<table class="money"><thead><tr><th>step</th><th>dollars</th><th>wasted</th></tr>'
         "</thead><tbody>{}{}</tbody></table>"
         '<table class="money"><thead><tr><th>model</th><th>dollars</th><th>wasted</th></tr>'

@@ -89,11 +89,11 @@ def graph_svg(steps: Sequence[StepView]) -> Markup:
         name = step.name if len(step.name) <= _NAME_CHARS else step.name[: _NAME_CHARS - 1] + "…"
         parts.append(
             html(
-                '<g class="node node-{}"><title>{}: {}</title>'
+                '<g class="node node-{}" data-part="node:{}"><title>{}: {}</title>'
                 '<rect x="{}" y="{}" width="{}" height="{}" rx="6"/>'
                 '<text x="{}" y="{}">{}</text>'
                 '<text class="node-status" x="{}" y="{}">{} · {}</text></g>',
-                *(step.status, step.name, step.status),
+                *(step.status, step.name, step.name, step.status),
                 *(x, y, _WIDTH, _HEIGHT),
                 *(x + 10, y + 17, name),
                 *(x + 10, y + 32, step.kind, step.status),

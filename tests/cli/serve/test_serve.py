@@ -429,7 +429,7 @@ def test_a_failed_run_links_to_its_failed_step(tmp_path: Path) -> None:
     with flows.serving(f"sqlite:///{tmp_path / 'runs.db'}", flows.failing(), "x:y") as served:
         _, _, page = _request(served.url, "/run?id=broken")
     assert '<dt>failed</dt><dd><a href="#step-1">parse</a></dd>' in page
-    assert '<tr class="step-row" id="step-1" data-step="parse">' in page
+    assert '<tr class="step-row" id="step-1" data-step="parse" data-part="step:parse">' in page
     assert "RuntimeError: the model answered nonsense" in page
 
 

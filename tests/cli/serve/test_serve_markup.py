@@ -65,7 +65,17 @@ TAGS = frozenset(  # every tag the server writes
 )
 ATTRIBUTES = frozenset(  # every attribute it writes (the parser lowers ``viewBox``)
     {"lang", "charset", "name", "content", "rel", "href", "src", "defer", "class", "id"}
-    | {"data-live", "role", "method", "action", "type", "value", "for", "autocomplete"}
+    | {
+        "data-live",
+        "data-version",
+        "role",
+        "method",
+        "action",
+        "type",
+        "value",
+        "for",
+        "autocomplete",
+    }
     | {
         "required",
         "data-step",

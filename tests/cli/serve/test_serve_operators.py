@@ -482,12 +482,12 @@ def test_the_page_s_dollars_are_the_priced_spending(plain: Any, location: str) -
         assert f'<td class="number total">{total}</td>' in page
         assert f"<dt>dollars</dt><dd>{total} (" in page
     done = _get(plain, "/run?id=done-1")
-    money = done[done.index('<section class="money">') :]
+    money = done[done.index('<section class="money" data-part="money">') :]
     assert re.search(r'<td class="model">large</td><td class="number">\$3\.0000</td>', money)
     assert re.search(r'<td class="model">small</td><td class="number">\$0\.0012</td>', money)
     assert "10 tokens of mystery: not priced by the price file" in money
     alpha = _get(plain, "/run?id=alpha")  # its first attempt failed: wasted, and shown apart
-    money = alpha[alpha.index('<section class="money">') :]
+    money = alpha[alpha.index('<section class="money" data-part="money">') :]
     assert (
         '<tr><td class="step-name">collect_<wbr>summaries</td><td class="number">$6.0000</td>'
         '<td class="number">$3.0000</td></tr>'
@@ -497,7 +497,7 @@ def test_the_page_s_dollars_are_the_priced_spending(plain: Any, location: str) -
 
 def test_without_prices_the_page_has_no_dollars(known: Any) -> None:
     page = _get(known, "/run?id=alpha")
-    assert '<section class="money">' not in page
+    assert '<section class="money"' not in page
     assert "<dt>dollars</dt>" not in page
 
 
@@ -582,7 +582,10 @@ def test_a_running_map_is_running_with_its_items_done(tmp_path: Path) -> None:
                 assert '<span class="status status-running">running</span>' in row
                 total = " of 12" if len(served_with) > 1 else ""
                 assert f'<p class="items">6{total} items done</p>' in row
-                assert '<g class="node node-running"><title>double: running</title>' in page
+                assert (
+                    '<g class="node node-running" data-part="node:double"><title>double: running'
+                    in page
+                )
                 assert "pending" not in row
     finally:
         gate.set()

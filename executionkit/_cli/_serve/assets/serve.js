@@ -1,7 +1,8 @@
 // executionkit serve: follow a page that changes while a run goes on.
-// The server renders and escapes everything; this only swaps in the fresh main
-// part (and the header, which counts the questions waiting), every half second,
-// while the server says the page is live.
+// The server renders and escapes everything; this only swaps in what changed
+// every half second while the server says the page is live: the parts of the
+// main (elements with data-part) that differ from the render on screen, or the
+// whole main when more changed, and the header (which counts the questions).
 "use strict";
 
 (function () {
@@ -10,11 +11,62 @@
     return;
   }
   const url = main.dataset.live;
+  // The version of the main on screen: the server sends what changed since it.
+  let version = main.dataset.version || "";
+
+  // Which parts have a <details> the reader opened: it stays open across a swap.
+  function openedIn(root) {
+    const opened = new Set();
+    for (const part of root.querySelectorAll("[data-part]")) {
+      if (part.querySelector(":scope > details[open]")) {
+        opened.add(part.dataset.part);
+      }
+    }
+    return opened;
+  }
+
+  function reopen(parts, opened) {
+    for (const part of parts) {
+      const details = part.querySelector(":scope > details");
+      if (details && opened.has(part.dataset.part)) {
+        details.open = true;
+      }
+    }
+  }
+
+  // Swap in the parts that changed; false when one is not on the page (ask for all).
+  function swapParts(parts) {
+    const found = new Map();
+    for (const element of main.querySelectorAll("[data-part]")) {
+      if (!found.has(element.dataset.part)) {
+        found.set(element.dataset.part, element);
+      }
+    }
+    const opened = openedIn(main);
+    const fresh = [];
+    for (const [key, markup] of Object.entries(parts)) {
+      const element = found.get(key);
+      if (!element) {
+        return false;
+      }
+      const parent = element.parentNode;
+      const before = element.previousSibling;
+      element.insertAdjacentHTML("beforebegin", markup);
+      const swapped = before ? before.nextSibling : parent.firstChild;
+      element.remove();
+      if (swapped && swapped.nodeType === Node.ELEMENT_NODE) {
+        fresh.push(swapped, ...swapped.querySelectorAll("[data-part]"));
+      }
+    }
+    reopen(fresh, opened);
+    return true;
+  }
 
   async function poll() {
     let state;
     try {
-      const response = await fetch(url, { cache: "no-store", credentials: "same-origin" });
+      const asked = version ? url + "&since=" + encodeURIComponent(version) : url;
+      const response = await fetch(asked, { cache: "no-store", credentials: "same-origin" });
       if (!response.ok) {
         throw new Error("status " + response.status);
       }
@@ -24,26 +76,23 @@
       window.setTimeout(poll, 2000);
       return;
     }
-    // A timeline row's <details> the reader opened stays open across the swap.
-    const opened = new Set();
-    for (const row of main.querySelectorAll("[data-part]")) {
-      if (row.querySelector(":scope > details[open]")) {
-        opened.add(row.dataset.part);
-      }
+    if (typeof state.html === "string") {
+      const opened = openedIn(main);
+      main.innerHTML = state.html;
+      reopen(main.querySelectorAll("[data-part]"), opened);
+      version = state.v || "";
+    } else if (state.parts && !swapParts(state.parts)) {
+      version = "";  // a part was missing: the next poll asks for the whole main
+    } else {
+      version = state.v || "";
     }
-    main.innerHTML = state.html;
-    for (const row of main.querySelectorAll("[data-part]")) {
-      const details = row.querySelector(":scope > details");
-      if (details && opened.has(row.dataset.part)) {
-        details.open = true;
-      }
-    }
+    main.dataset.version = version;
     const header = document.querySelector("body > header");
     if (header && typeof state.header === "string") {
       header.innerHTML = state.header;
     }
     if (state.live) {
-      window.setTimeout(poll, 500);
+      window.setTimeout(poll, version ? 500 : 0);
     } else {
       delete main.dataset.live;
       main.dataset.followed = "done";
