@@ -129,6 +129,26 @@ def streaming() -> Workflow:
     )
 
 
+def _write_item(item: str, ctx: Mapping[str, Any]) -> str:
+    """Streams its part of the answer, held until its gate (``item-KEY``) opens."""
+    step = current_step()
+    step.stream(f"{item} begins, ")
+    _held(f"item-{step.item_key}")
+    step.stream("ends")
+    return f"{item} written"
+
+
+def streaming_map() -> Workflow:
+    """A question, then a map whose items each stream their text while held."""
+    return Workflow(
+        [
+            Step.ask("approve", lambda ctx: "write them?"),
+            Step("parts", lambda ctx: ["intro", "outro"], depends_on=("approve",)),
+            Step.map("write", _write_item, over="parts"),
+        ]
+    )
+
+
 def live(held_by: str = "slow") -> Workflow:
     """Three steps; the middle one, ``slow``, is held by the gate ``held_by``."""
 

@@ -38,6 +38,7 @@ _STARTED_WITHIN = 60.0  # seconds a request waits for the run to start or refuse
 
 
 _STREAM_KEPT = 65536  # characters of a running attempt's streamed text kept (the latest)
+_STREAMING_ITEMS_KEPT = 64  # items of a map whose streamed text is kept (the latest to stream)
 
 
 @dataclass(slots=True)
@@ -49,6 +50,8 @@ class StepEvents:
     ``streamed``: the text its running attempt streamed so far (`StepStreamed`),
     of attempt ``streamed_attempt``; a later attempt starts a new text, and the
     text goes once the step has ended (its output is what it returned).
+    ``items_streamed``: for a map, the same of each item running, by key, until
+    the item ends (the 64 that streamed last).
     """
 
     attempts: int = 0
@@ -58,6 +61,7 @@ class StepEvents:
     streamed: str = ""
     streamed_attempt: int = 0
     started_ms: int | None = None
+    items_streamed: dict[str, tuple[int, str]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -101,23 +105,37 @@ class Tracker:
                         s.streamed,
                         s.streamed_attempt,
                         s.started_ms,
+                        dict(s.items_streamed),
                     )
                     for name, s in seen.steps.items()
                 },
                 {name: list(keys) for name, keys in seen.failed_items.items()},
             )
 
-    def streams(self, page_id: str) -> dict[str, tuple[int, str]]:
-        """The text each running step of ``page_id`` streamed so far: (attempt, text)."""
+    def streams(self, page_id: str) -> dict[str, dict[str, Any]]:
+        """The text each running step (and map item) of ``page_id`` streamed so far.
+
+        ``{step: {"attempt": n, "text": str}}``, and for a map whose items stream,
+        ``"items": {key: {"attempt": n, "text": str}}`` (without ``"text"`` when
+        the step itself streamed nothing): what ``/stream`` answers.
+        """
         with self._lock:
             seen = self._runs.get(page_id)
             if seen is None:
                 return {}
-            return {
-                name: (step.streamed_attempt, step.streamed)
-                for name, step in seen.steps.items()
-                if step.streamed
-            }
+            found: dict[str, dict[str, Any]] = {}
+            for name, step in seen.steps.items():
+                entry: dict[str, Any] = {}
+                if step.streamed:
+                    entry = {"attempt": step.streamed_attempt, "text": step.streamed}
+                if step.items_streamed:
+                    entry["items"] = {
+                        key: {"attempt": attempt, "text": text}
+                        for key, (attempt, text) in step.items_streamed.items()
+                    }
+                if entry:
+                    found[name] = entry
+            return found
 
     @staticmethod
     def _note(run: RunEvents, event: Event) -> None:
@@ -127,7 +145,16 @@ class Tracker:
         if step is None:
             return
         seen = run.steps.setdefault(step, StepEvents())
-        if isinstance(event, (events.StepStreamed, events.StepFinished, events.StepFailed)):
+        if isinstance(
+            event,
+            (
+                events.StepStreamed,
+                events.StepFinished,
+                events.StepFailed,
+                events.ItemFinished,
+                events.ItemFailed,
+            ),
+        ):
             _stream(seen, event)
             if isinstance(event, events.StepStreamed):
                 return
@@ -160,16 +187,26 @@ def _started(seen: StepEvents, event: Event) -> None:
 def _stream(seen: StepEvents, event: Any) -> None:
     """Keep the text a step's running attempt streams: a new attempt, a new text.
 
-    A map's items stream too; their outputs show as they are recorded, so their
-    text is not kept. Once the step ended, its text goes: its output is what it
-    returned.
+    A map's items stream each a text of their own, kept until the item ends.
+    Once the step ended, its texts go: its output is what it returned.
     """
     from executionkit import events  # noqa: PLC0415
 
     if isinstance(event, (events.StepFinished, events.StepFailed)):
         seen.streamed, seen.streamed_attempt = "", 0
+        seen.items_streamed.clear()
+        return
+    if isinstance(event, (events.ItemFinished, events.ItemFailed)):
+        seen.items_streamed.pop(event.item, None)
         return
     if isinstance(event, events.StepStreamed) and event.item is not None:
+        items = seen.items_streamed
+        attempt, text = items.pop(event.item, (0, ""))
+        if attempt != event.attempt:
+            text = ""  # a retry of the item: a new text
+        items[event.item] = (event.attempt, (text + event.text)[-_STREAM_KEPT:])
+        while len(items) > _STREAMING_ITEMS_KEPT:
+            del items[next(iter(items))]
         return
     if event.attempt != seen.streamed_attempt:
         seen.streamed, seen.streamed_attempt = "", event.attempt

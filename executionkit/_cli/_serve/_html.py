@@ -669,14 +669,32 @@ def _tokens(run: RunPage, step: StepView) -> Markup:
 def _streamed(run: RunPage, step: StepView) -> Markup:
     """What the step's running attempt streamed so far (`StepStreamed`), growing live."""
     seen = run.events.steps.get(step.name)
-    if seen is None or not seen.streamed or run.child is not None:
+    if seen is None or run.child is not None:
         return html("")
-    return html(
-        '<pre class="streamed" data-stream-step="{}" data-attempt="{}">{}</pre>',
-        step.name,
-        seen.streamed_attempt,
-        seen.streamed,
-    )
+    shown = []
+    if seen.streamed:
+        shown.append(
+            html(
+                '<pre class="streamed" data-stream-step="{}" data-attempt="{}">{}</pre>',
+                step.name,
+                seen.streamed_attempt,
+                seen.streamed,
+            )
+        )
+    for key, (attempt, text) in seen.items_streamed.items():
+        shown.append(
+            html(
+                '<div class="streamed-item"><span class="item-key">item {}</span>'
+                '<pre class="streamed" data-stream-step="{}" data-stream-item="{}" '
+                'data-attempt="{}">{}</pre></div>',
+                key,
+                step.name,
+                key,
+                attempt,
+                text,
+            )
+        )
+    return join(shown)
 
 
 def _output(run: RunPage, step: StepView) -> Markup:

@@ -281,12 +281,8 @@ class Handler(BaseHTTPRequestHandler):
         read, so the page's script can ask for it often while a step streams.
         """
         app = self.server.app
-        texts = app.tracker.streams(page_id)
         live = app.resumer is not None and app.resumer.busy(page_id)
-        state = {
-            "live": live,
-            "steps": {name: {"attempt": n, "text": text} for name, (n, text) in texts.items()},
-        }
+        state = {"live": live, "steps": app.tracker.streams(page_id)}
         self._send(HTTPStatus.OK, "application/json", json.dumps(state).encode())
 
     def _output(self, text: str) -> None:

@@ -81,6 +81,7 @@ ATTRIBUTES = frozenset(  # every attribute it writes (the parser lowers ``viewBo
         "data-step",
         "data-stream",
         "data-stream-step",
+        "data-stream-item",
         "data-attempt",
         "xmlns",
         "width",

@@ -108,13 +108,18 @@
     return;
   }
 
-  function showStream(name, attempt, text) {
-    let shown = null;
+  // The <pre> of a step's own text (item undefined) or of one item of a map.
+  function streamedOf(name, item) {
     for (const pre of main.querySelectorAll("pre.streamed")) {
-      if (pre.dataset.streamStep === name) {
-        shown = pre;
+      if (pre.dataset.streamStep === name && pre.dataset.streamItem === item) {
+        return pre;
       }
     }
+    return null;
+  }
+
+  function showStream(name, attempt, text, item) {
+    let shown = streamedOf(name, item);
     if (!shown) {
       let row = null;
       for (const candidate of main.querySelectorAll("tr.step-row")) {
@@ -129,7 +134,18 @@
       shown = document.createElement("pre");
       shown.className = "streamed";
       shown.dataset.streamStep = name;
-      cells[6].appendChild(shown);
+      if (item === undefined) {
+        cells[6].appendChild(shown);
+      } else {
+        shown.dataset.streamItem = item;
+        const box = document.createElement("div");
+        box.className = "streamed-item";
+        const label = document.createElement("span");
+        label.className = "item-key";
+        label.textContent = "item " + item;
+        box.append(label, shown);
+        cells[6].appendChild(box);
+      }
     }
     shown.dataset.attempt = String(attempt);
     shown.textContent = text;
@@ -144,8 +160,21 @@
       window.setTimeout(follow, 1000);
       return;
     }
-    for (const [name, piece] of Object.entries(state.steps || {})) {
-      showStream(name, piece.attempt, piece.text);
+    const steps = state.steps || {};
+    for (const [name, piece] of Object.entries(steps)) {
+      if (typeof piece.text === "string") {
+        showStream(name, piece.attempt, piece.text, undefined);
+      }
+      for (const [item, part] of Object.entries(piece.items || {})) {
+        showStream(name, part.attempt, part.text, item);
+      }
+    }
+    // An item that ended streams no more: its text goes (its output shows as recorded).
+    for (const pre of main.querySelectorAll("pre.streamed[data-stream-item]")) {
+      const piece = steps[pre.dataset.streamStep];
+      if (!piece || !piece.items || !(pre.dataset.streamItem in piece.items)) {
+        pre.closest("div.streamed-item").remove();
+      }
     }
     if (state.live) {
       window.setTimeout(follow, 100);
