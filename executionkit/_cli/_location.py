@@ -16,6 +16,7 @@ its run (``owner``), when its store reports owners (``reports_owners``). A
 database's `DatabaseLocation.run_url` is the URL of one run in it, for commands
 printed to be pasted. ``checkpoints`` lists the checkpoints a location keeps
 and ``load_seq`` loads one of them (a JSON file keeps only its latest).
+``stream_publisher`` keeps the text the runs of a location stream in its store.
 """
 
 from __future__ import annotations
@@ -276,6 +277,24 @@ def open_store(location: Location, flag: str, *, history: bool = False) -> Any:
     if isinstance(location, DatabaseLocation):
         return location.store(history=history)
     return location.writer(flag, history=history)
+
+
+def stream_publisher(location: Location, flag: str) -> Any:
+    """A `StreamPublisher` keeping the text the runs on ``location`` stream in its store.
+
+    For the page of ``executionkit serve`` in another process. Its thread
+    opens a store of its own (``flag`` names the location in its errors); a
+    SQLite database's with ``synchronous="NORMAL"``: streamed text is never
+    precious, so its writes skip the fsync each checkpoint's commit takes.
+    """
+    from executionkit.stores import SQLiteStore, StreamPublisher  # noqa: PLC0415
+
+    def opened() -> object:
+        if isinstance(location, DatabaseLocation) and location.scheme == "sqlite":
+            return SQLiteStore(Path(location.target), synchronous="NORMAL")
+        return open_store(location, flag)
+
+    return StreamPublisher(opened)
 
 
 def close_store(store: object) -> None:

@@ -19,7 +19,7 @@ from executionkit._cli._exits import (
     CliError,
 )
 from executionkit._cli._load import load_workflow, read_inputs
-from executionkit._cli._location import DatabaseLocation, parse_location
+from executionkit._cli._location import DatabaseLocation, parse_location, stream_publisher
 from executionkit._cli._maps import recorded_steps, unfinished_maps
 from executionkit._cli._questions import GivenAnswers, now, pending_lines
 from executionkit._cli._run_options import RunFlags
@@ -155,6 +155,10 @@ def run_command(args: argparse.Namespace) -> int:
     if args.dry_run:  # before the store is opened for writing: nothing is written
         return dry_run(args, workflow, context, answers, resume=resume, run_id=run_id)
     flags = RunFlags.of(args)
+    # The text its steps stream, kept in the store for a page in another process.
+    streams = None if location is None else stream_publisher(location, "--checkpoint")
+    if streams is not None:
+        flags.listeners.append(streams)
     try:
         saver = _Saver(
             None if location is None else location.writer("--checkpoint", history=flags.history),
@@ -175,6 +179,8 @@ def run_command(args: argparse.Namespace) -> int:
             flags=flags,
         )
     finally:
+        if streams is not None:
+            streams.close()
         flags.close()
 
 

@@ -23,7 +23,9 @@ where ``inspect`` and the page show it; each worker process tries such a run onc
 more when it first sees it, so a worker started with new code takes it back.
 
 Runs of another workflow in the same database (no recorded step of them is a step
-of this one) are not this worker's and are never touched. SIGTERM and Ctrl-C stop
+of this one) are not this worker's and are never touched. The text its runs'
+steps stream is kept in the location's inbox while they run (`StreamPublisher`),
+for a page in another process to show. SIGTERM and Ctrl-C stop
 the worker as they stop a run: every run it carries saves what completed, then it
 exits (143 or 130).
 """
@@ -40,7 +42,13 @@ from typing import TYPE_CHECKING, Any
 
 from executionkit._cli._exits import EXIT_INTERRUPTED, EXIT_TERMINATED, CliError
 from executionkit._cli._load import load_workflow
-from executionkit._cli._location import FileLocation, close_store, open_store, parse_location
+from executionkit._cli._location import (
+    FileLocation,
+    close_store,
+    open_store,
+    parse_location,
+    stream_publisher,
+)
 from executionkit._cli._maps import recorded_steps
 from executionkit._cli._run_options import RunFlags
 from executionkit._cli._text import error_text, say
@@ -91,11 +99,13 @@ class Worker:
     _reader: Any = None
     _looking: threading.Lock = field(default_factory=threading.Lock)  # held by a look
     _writer: Any = None  # the store its runs save to: one connection, shared by them
+    _streams: Any = None  # keeps its runs' streamed text in the location, for pages elsewhere
 
     def __post_init__(self) -> None:
         """Open the store it looks at the location through."""
         self._names = frozenset(step.name for step in self.workflow.steps)
         self._reader = self._open()
+        self._streams = stream_publisher(self.location, "worker")
 
     async def serve(self) -> None:
         """Carry runs on until cancelled; then every run it carries saves what completed."""
@@ -146,6 +156,9 @@ class Worker:
                 close_store(self._writer)
             finally:
                 self._looking.release()
+            # Its runs deleted their streamed text as they ended: this only stops a thread
+            # that a run stopped too early to say so left behind.
+            await asyncio.to_thread(self._streams.close)
 
     async def step(self) -> list[str]:
         """Look at the location once and start every run that can go on; return their ids."""
@@ -319,7 +332,7 @@ class Worker:
                 checkpoint_every="step",
                 sleep_up_to=self.poll,  # a longer wait frees its place: resumed when due
                 on_code_change=self.on_code_change,  # type: ignore[arg-type]
-                on_event=list(self.flags.listeners),
+                on_event=[*self.flags.listeners, self._streams],
                 **options,
             )
         except asyncio.CancelledError:

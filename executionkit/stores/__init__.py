@@ -51,6 +51,10 @@ Runs that go on with nobody watching: every store here has an ``inbox``
 (`RunInbox`) holding what ``executionkit worker`` acts on besides checkpoints:
 runs submitted to start (`Workflow.submit`, with their inputs), answers saved
 for waiting questions, and the runs a worker left alone, with the reason.
+While a run runs, the inbox also keeps the text its steps stream
+(`RunInbox.streams`), for a page in another process: `StreamPublisher` is the
+``on_event`` listener that writes it (``executionkit run`` and ``executionkit
+worker`` attach one for their location).
 
 Each of them passes `executionkit.conformance.check_store`.
 """
@@ -68,6 +72,7 @@ from executionkit.stores._sqlite import SQLiteStore
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from executionkit.stores._postgres import PostgresStore
+    from executionkit.stores._streams import StreamPublisher
 
 __all__ = [
     "CheckpointInfo",
@@ -81,15 +86,24 @@ __all__ = [
     "RunOwner",
     "SQLiteStore",
     "StaleCheckpointError",
+    "StreamPublisher",
     "Submission",
 ]
 
 
 def __getattr__(name: str) -> object:
-    """Load `PostgresStore` on first access (it never imports psycopg before its first call)."""
+    """Load `PostgresStore` and `StreamPublisher` on first access.
+
+    `PostgresStore` never imports psycopg before its first call; `StreamPublisher`
+    (its thread, the event types) costs nothing to a program that only stores.
+    """
     if name == "PostgresStore":
         from executionkit.stores._postgres import PostgresStore  # noqa: PLC0415
 
         return PostgresStore
+    if name == "StreamPublisher":
+        from executionkit.stores._streams import StreamPublisher  # noqa: PLC0415
+
+        return StreamPublisher
     msg = f"module {__name__!r} has no attribute {name!r}"
     raise AttributeError(msg)

@@ -4,11 +4,14 @@ What is handed to a store for a run that no process is running, for a worker
 (``executionkit worker``) to act on: a submitted run's inputs and metadata, the
 answers people saved for its questions, and why a worker could not resume it.
 Checkpoints never hold any of it: a run started any other way stores no inputs.
+Beside them, while a run runs, the text its running attempts stream
+(`StepContext.stream`), for a page in another process to show
+(`RunInbox.put_streams`, written by `executionkit.stores.StreamPublisher`).
 
 Each store keeps these entries beside its checkpoints (the SQL stores in the
 table ``executionkit_inbox``, created on first use outside the checkpoint
 tables' schema version; the file stores in a ``<file>.inbox`` file beside the
-checkpoint file), through the three calls of `InboxRows`. `RunInbox` is what
+checkpoint file), through the four calls of `InboxRows`. `RunInbox` is what
 every store shares on top of them.
 """
 
@@ -28,7 +31,14 @@ from executionkit._errors import CheckpointFormatError
 from executionkit._plain import plain_copy
 from executionkit.stores._common import dumps, loads
 from executionkit.stores._files import check_regular, read_bytes, replace_file
-from executionkit.stores._sql_schema import INBOX_ADD, INBOX_ROWS, INBOX_RUN_ROWS, INBOX_SET
+from executionkit.stores._sql_schema import (
+    INBOX_ADD,
+    INBOX_DROP_KIND,
+    INBOX_DROP_NAME,
+    INBOX_ROWS,
+    INBOX_RUN_ROWS,
+    INBOX_SET,
+)
 
 if sys.platform != "win32":
     import fcntl
@@ -42,10 +52,16 @@ if TYPE_CHECKING:
 SUBMITTED = "submitted"
 ANSWER = "answer"
 LEFT = "left"
+STREAM = "stream"
+STREAM_KEPT = 65536
+"""Characters of a running attempt's streamed text kept in the store: the latest ones."""
 _COLUMNS = 5  # of a row in the inbox file
 
 Row = tuple[str, str, str, str]
 """One entry as `InboxRows.rows` gives it: run_id, name, value (JSON text), when (ISO)."""
+
+StreamKey = tuple[str, str | None]
+"""Whose streamed text: the step's path in the run and the map item's key (None: no item)."""
 
 
 class InboxRows(Protocol):
@@ -63,6 +79,22 @@ class InboxRows(Protocol):
 
     def drop(self, kind: str | None, run_id: str, names: Sequence[str] | None) -> None:
         """Delete the entries of ``run_id`` of ``kind`` (every kind if None), of ``names``."""
+        ...
+
+    def put_many(
+        self,
+        run_id: str,
+        kind: str,
+        values: Mapping[str, str],
+        at: str,
+        *,
+        drop: Sequence[str] | None,
+    ) -> None:
+        """In one change: delete entries of ``run_id`` of ``kind``, then write ``values``.
+
+        ``drop`` names the entries deleted (every one of the kind if None);
+        each of ``values`` (name to JSON text) then replaces its entry.
+        """
         ...
 
 
@@ -217,8 +249,79 @@ class RunInbox:
         self._rows.drop(LEFT, run_id, None)
 
     def forget(self, run_id: str) -> None:
-        """Delete every entry of ``run_id``: its submission, answers and note."""
+        """Delete every entry of ``run_id``: its submission, answers, note and streamed text."""
         self._rows.drop(None, run_id, None)
+
+    def put_streams(
+        self,
+        run_id: str,
+        texts: Mapping[StreamKey, tuple[int, str]],
+        *,
+        ended: Iterable[StreamKey] = (),
+        replace_all: bool = False,
+    ) -> None:
+        """Keep the text each running attempt of ``run_id`` streamed so far, in one write.
+
+        For a page in another process to show while the run runs; never part
+        of a checkpoint. `StreamPublisher` calls this for a run's listeners.
+
+        Args:
+            run_id: The run (a sub-workflow's steps are the run's, by path).
+            texts: For each ``(step path, item key or None)``, the running
+                attempt's number and its whole text so far; it replaces the
+                entry kept of that step (item). Only the latest `STREAM_KEPT`
+                (65,536) characters are kept; a lone surrogate is kept as ``?``.
+            ended: Steps (items) whose attempt ended: their entries are deleted.
+            replace_all: Delete every other entry of the run first: what a
+                process that ran it before left behind.
+
+        Raises:
+            TypeError: If a key, attempt or text is not of its type.
+            ValueError: If a step path is empty or an attempt below 1.
+        """
+        values = {
+            _stream_name(key, run_id): dumps(
+                {"attempt": _attempt(attempt, key, run_id), "text": _kept(text, key, run_id)}
+            )
+            for key, (attempt, text) in texts.items()
+        }
+        gone = None if replace_all else [_stream_name(key, run_id) for key in ended]
+        if gone is not None:
+            gone = [name for name in gone if name not in values]
+            if not gone and not values:
+                return
+        self._rows.put_many(run_id, STREAM, values, _now(), drop=gone)
+
+    def streams(self, run_id: str) -> dict[StreamKey, tuple[int, str]]:
+        """The text each running attempt of ``run_id`` streamed so far, as `put_streams` kept it.
+
+        By ``(step path, item key or None)``: the attempt's number and its text
+        (the latest 65,536 characters). A step's path is its name, or
+        ``sub/inner`` for a step of the sub-workflow of step ``sub``
+        (``sub/key/inner`` in a map's item), each name written as question
+        paths write them. An entry goes when its attempt ends; entries a
+        process killed mid-step left stay until the run runs again (or is
+        deleted): check that the run has an owner (``store.owner``).
+
+        Raises:
+            CheckpointFormatError: If an entry is damaged.
+        """
+        found: dict[StreamKey, tuple[int, str]] = {}
+        for _, name, value, _at in self._rows.rows(STREAM, run_id):
+            key, data = self._value(run_id, STREAM, name), self._value(run_id, STREAM, value)
+            if not _stream_entry(key, data):
+                msg = (
+                    f"{self._store}: the streamed text of run {run_id!r} is damaged: "
+                    f"{name[:80]!r} holds {value[:80]!r}"
+                )
+                raise CheckpointFormatError(msg)
+            found[key[0], key[1]] = (data["attempt"], data["text"])
+        return found
+
+    def drop_streams(self, run_id: str, keys: Iterable[StreamKey] | None = None) -> None:
+        """Delete the streamed text kept of ``run_id`` (of the steps ``keys`` only, if given)."""
+        names = None if keys is None else [_stream_name(key, run_id) for key in keys]
+        self._rows.drop(STREAM, run_id, names)
 
     def _submission(self, row: Row) -> Submission:
         run_id, _, value, at = row
@@ -257,6 +360,71 @@ def _plain_dict(value: Mapping[str, Any] | None, what: str) -> dict[str, Any]:
 
 def _frozen(value: dict[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(value)
+
+
+def _stream_name(key: object, run_id: str) -> str:
+    """The entry name of a stream key: ``[step, item]`` as JSON, checked first."""
+    if not isinstance(key, tuple) or len(key) != 2:  # noqa: PLR2004 - (step, item)
+        msg = f"streams of run {run_id!r}: a key must be a (step, item) tuple, got {key!r}"
+        raise TypeError(msg)
+    step, item = key
+    if type(step) is not str or (item is not None and type(item) is not str):
+        msg = (
+            f"streams of run {run_id!r}: a key must be (str, str or None), got "
+            f"({type(step).__name__}, {type(item).__name__})"
+        )
+        raise TypeError(msg)
+    if not step:
+        msg = f"streams of run {run_id!r}: the step of key {key!r} is empty"
+        raise ValueError(msg)
+    return dumps([_storable(step), None if item is None else _storable(item)])
+
+
+def _attempt(attempt: object, key: StreamKey, run_id: str) -> int:
+    """``attempt``, checked: an int of 1 or more."""
+    if type(attempt) is not int:
+        msg = (
+            f"streams of run {run_id!r}: the attempt of {key!r} must be an int, got "
+            f"{type(attempt).__name__}"
+        )
+        raise TypeError(msg)
+    if attempt < 1:
+        msg = f"streams of run {run_id!r}: the attempt of {key!r} must be 1 or more, got {attempt}"
+        raise ValueError(msg)
+    return attempt
+
+
+def _kept(text: object, key: StreamKey, run_id: str) -> str:
+    """The part of ``text`` a store keeps: its latest `STREAM_KEPT` characters, storable."""
+    if type(text) is not str:
+        msg = (
+            f"streams of run {run_id!r}: the text of {key!r} must be a str, got "
+            f"{type(text).__name__}"
+        )
+        raise TypeError(msg)
+    return _storable(text[-STREAM_KEPT:])
+
+
+def _storable(text: str) -> str:
+    """``text`` as UTF-8 can hold it: a lone surrogate (no character) becomes ``?``."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
+def _stream_entry(key: object, data: object) -> bool:
+    """Whether a stored name and value read back as a stream entry."""
+    return (
+        isinstance(key, list)
+        and len(key) == 2  # noqa: PLR2004 - [step, item]
+        and isinstance(key[0], str)
+        and (key[1] is None or isinstance(key[1], str))
+        and isinstance(data, dict)
+        and type(data.get("attempt")) is int
+        and isinstance(data.get("text"), str)
+    )
 
 
 def _now() -> str:
@@ -314,6 +482,28 @@ class FileRows:
                     and (names is None or row[2] in names)
                 )
             ]
+
+    def put_many(
+        self,
+        run_id: str,
+        kind: str,
+        values: Mapping[str, str],
+        at: str,
+        *,
+        drop: Sequence[str] | None,
+    ) -> None:
+        """Delete, then write, in one replacement of the file; see `InboxRows.put_many`."""
+        with self._changing() as rows:
+            rows[:] = [
+                row
+                for row in rows
+                if not (
+                    row[0] == run_id
+                    and row[1] == kind
+                    and (drop is None or row[2] in drop or row[2] in values)
+                )
+            ]
+            rows.extend([run_id, kind, name, value, at] for name, value in values.items())
 
     def _read(self) -> list[list[str]]:
         read = read_bytes(self.path)
@@ -403,3 +593,24 @@ class SqlRows:
             query += f" AND name IN ({', '.join('?' * len(names))})"
             params.extend(names)
         self._write(lambda db: db.execute(query, params))
+
+    def put_many(
+        self,
+        run_id: str,
+        kind: str,
+        values: Mapping[str, str],
+        at: str,
+        *,
+        drop: Sequence[str] | None,
+    ) -> None:
+        """Delete, then write, in one transaction; see `InboxRows.put_many`."""
+
+        def change(db: Database) -> None:
+            if drop is None:
+                db.execute(INBOX_DROP_KIND, (run_id, kind))
+            for name in drop or ():
+                db.execute(INBOX_DROP_NAME, (run_id, kind, name))
+            for name, value in values.items():
+                db.execute(INBOX_SET, (run_id, kind, name, value, at)).fetchall()
+
+        self._write(change)

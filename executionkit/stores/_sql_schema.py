@@ -188,6 +188,8 @@ INBOX_SET = """INSERT INTO executionkit_inbox (run_id, kind, name, value, at)
     VALUES (?, ?, ?, ?, ?)
     ON CONFLICT (run_id, kind, name) DO UPDATE SET value = excluded.value, at = excluded.at
     RETURNING run_id"""
+INBOX_DROP_KIND = "DELETE FROM executionkit_inbox WHERE run_id = ? AND kind = ?"
+INBOX_DROP_NAME = "DELETE FROM executionkit_inbox WHERE run_id = ? AND kind = ? AND name = ?"
 INBOX_ROWS = """SELECT run_id, name, value, at FROM executionkit_inbox WHERE kind = ?
     ORDER BY at, run_id, name"""
 INBOX_RUN_ROWS = """SELECT run_id, name, value, at FROM executionkit_inbox

@@ -46,6 +46,7 @@ from executionkit import (
     current_step,
 )
 from executionkit._checkpoint._value import FORMAT_VERSION
+from executionkit.stores import StreamPublisher
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")
@@ -72,6 +73,7 @@ DOCUMENTED: dict[str, Any] = {
     "WorkflowCheckpoint.from_dict": WorkflowCheckpoint.from_dict,
     "Limit": Limit,
     "RateLimited": RateLimited,
+    "StreamPublisher": StreamPublisher,
 }
 # Names a documented default may use, besides literals.
 DEFAULT_NAMES: dict[str, Any] = {"Exception": Exception, "TokenUsage": TokenUsage}

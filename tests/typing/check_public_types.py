@@ -13,6 +13,7 @@ from executionkit import (
     WorkflowCheckpoint,
     WorkflowResult,
 )
+from executionkit.stores import SQLiteStore, StreamPublisher
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -41,3 +42,8 @@ async def check() -> None:
         saved.append(cp)
 
     await workflow.run(checkpoint_fn=save)
+
+    store = SQLiteStore("runs.db")
+    publisher = StreamPublisher(lambda: SQLiteStore("runs.db"))
+    await workflow.run(checkpoint_fn=store, on_event=[publisher])
+    assert_type(store.inbox.streams("r"), dict[tuple[str, str | None], tuple[int, str]])
