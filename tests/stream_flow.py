@@ -4,7 +4,8 @@ Not a test module. Step ``talk`` streams ``attempt N: hello`` and `` world``, th
 waits until the file ``go-N`` appears in the folder ``EK_STREAM_DIR`` names
 (polling it, a minute at most), so that the test reads the text from the store
 while the step is still running. Its first attempt then fails and is retried at
-once; the second returns ``"spoken"``.
+once; the second returns ``"spoken"``. `paged` runs step ``prepare`` first, so that
+a checkpoint (and so a run page) exists while ``talk`` streams.
 """
 
 from __future__ import annotations
@@ -42,4 +43,15 @@ def talk(_ctx: Any) -> str:
     return "spoken"
 
 
+def prepare(_ctx: Any) -> str:
+    """A step with nothing to stream: its checkpoint gives the run a page before ``talk``."""
+    return "ready"
+
+
 workflow = Workflow([Step("talk", talk, retries=1, retry_delay=0)])
+paged = Workflow(
+    [
+        Step("prepare", prepare),
+        Step("talk", talk, depends_on=("prepare",), retries=1, retry_delay=0),
+    ]
+)

@@ -28,6 +28,8 @@ from executionkit._cli._run_options import RunFlags
 from executionkit._cli._text import error_text, say
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from executionkit._checkpoint._value import WorkflowCheckpoint
     from executionkit._cli._serve._runs import Source
     from executionkit._workflow import Workflow
@@ -70,6 +72,21 @@ class RunEvents:
 
     steps: dict[str, StepEvents] = field(default_factory=dict)
     failed_items: dict[str, list[str]] = field(default_factory=dict)
+
+    def stream_from(self, steps: Mapping[str, Mapping[str, Any]]) -> None:
+        """Take the text another process keeps of its running steps (`Reader.streams`).
+
+        Each step there runs now, with the text of its running attempt (and of
+        its map's running items) as that process last wrote it.
+        """
+        for name, entry in steps.items():
+            seen = self.steps.setdefault(name, StepEvents())
+            seen.running = True
+            if "text" in entry:
+                seen.streamed, seen.streamed_attempt = entry["text"], entry["attempt"]
+                seen.attempts = max(seen.attempts, entry["attempt"])
+            items = entry.get("items", {})
+            seen.items_streamed = {key: (it["attempt"], it["text"]) for key, it in items.items()}
 
 
 class Tracker:

@@ -23,7 +23,7 @@ import shlex
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from executionkit import _clock
 from executionkit._cli._location import DatabaseLocation, _without_password
@@ -209,8 +209,12 @@ class App:
             answers = reader.answers(page_id) if child is None else {}
             known = child is None and self.source.workflow is not None
             submission = reader.submission(page_id) if known else None  # its inputs
+            # Another process runs it: the text its steps stream, as it keeps it.
+            elsewhere = child is None and status == "running" and not self.source.resuming(page_id)
+            streamed = reader.streams(page_id) if elsewhere else {}
         checkpoint = root if child is None else self._child(root, child)
         events = self.tracker.of(page_id) if child is None else RunEvents()
+        events.stream_from(streamed)
         running = {name for name, seen in events.steps.items() if seen.running}
         workflow = self.source.workflow if child is None else None
         steps = step_views(
@@ -273,6 +277,25 @@ class App:
         )
         title = f"run {page_id}" if child is None else f"run {page_id} / {child}"
         return Shown(run_main(page), title, status == "running", found.waiting)
+
+    def streams(self, page_id: str) -> dict[str, Any]:
+        """What ``/stream`` answers for ``page_id``: ``{"live": bool, "steps": {...}}``.
+
+        A run this server resumes: from its events, no store read. Any other
+        run a live process claims (a worker's, an ``executionkit run``'s): from
+        the store's inbox, where that process keeps its steps' text
+        (`Reader.streams`). A run no process claims streams nothing, whatever a
+        process killed mid-step left in the inbox.
+
+        Raises:
+            Unreadable: If the location cannot be read.
+        """
+        if self.resumer is not None and self.resumer.busy(page_id):
+            return {"live": True, "steps": self.tracker.streams(page_id)}
+        with self.source.reading() as reader:
+            if reader.owner(page_id) is None:
+                return {"live": False, "steps": {}}
+            return {"live": True, "steps": reader.streams(page_id)}
 
     def save_answer(self, page_id: str, path: str, value: object) -> str | None:
         """Save ``value`` in the inbox as the answer to ``path`` of run ``page_id``; run nothing.

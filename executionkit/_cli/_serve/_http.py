@@ -10,8 +10,9 @@
   ``"parts"`` (the parts of the main that changed since the render ``&since=V``,
   by key) or ``"html"`` (the whole main), see `_parts`.
 - ``GET /stream?id=ID``: the text the run's running steps streamed so far, from
-  the events of a run this server resumes (no store read), for the page's
-  script to ask for every 100 ms.
+  the events of a run this server resumes (no store read), else from the store's
+  inbox where the process running it keeps it (`StreamPublisher`), for the
+  page's script to ask for every 100 ms.
 - ``POST /answer``: answers a question (fields ``token``, ``run``, ``path``, ``value``,
   and ``back=questions`` to come back to the inbox): with ``--workflow`` the run
   resumes here; without, the answer is saved in the store's inbox for a worker
@@ -269,20 +270,18 @@ class Handler(BaseHTTPRequestHandler):
             asked = {key: value for key, value in query.items() if key != "since"}
             url = f"{path}?{urlencode({**asked, 'live': '1'})}"
             version = app.renders.remember(shown.main)
-            if path == "/run" and "child" not in query and app.resumer is not None:
+            if path == "/run" and "child" not in query:
                 stream = f"/stream?{urlencode({'id': query['id']})}"
         page = document(shown.title, header, shown.main, live=url, stream=stream, version=version)
         self._send(HTTPStatus.OK, "text/html; charset=utf-8", page)
 
     def _stream(self, page_id: str) -> None:
-        """What the running steps of ``page_id`` streamed so far, read from events only.
+        """What the running steps of ``page_id`` streamed so far (`App.streams`).
 
-        ``{"live": bool, "steps": {name: {"attempt": n, "text": str}}}``: no store is
-        read, so the page's script can ask for it often while a step streams.
+        ``{"live": bool, "steps": {name: {"attempt": n, "text": str}}}``: from the
+        events of a run resumed here, else from the store's inbox.
         """
-        app = self.server.app
-        live = app.resumer is not None and app.resumer.busy(page_id)
-        state = {"live": live, "steps": app.tracker.streams(page_id)}
+        state = self.server.app.streams(page_id)
         self._send(HTTPStatus.OK, "application/json", json.dumps(state).encode())
 
     def _output(self, text: str) -> None:

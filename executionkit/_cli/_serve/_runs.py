@@ -136,6 +136,34 @@ class Reader:
         found: dict[str, Any] = {} if inbox is None else self._call(lambda: inbox.answers(run_id))
         return found
 
+    def streams(self, run_id: str) -> dict[str, dict[str, Any]]:
+        """The text the running steps of ``run_id`` streamed, as another process keeps it.
+
+        What the store's inbox holds (`RunInbox.streams`, written by that
+        process's `StreamPublisher`), in the shape ``/stream`` answers (see
+        `Tracker.streams`): ``{step: {"attempt", "text"}}`` and a map's
+        ``"items"``. The run's own steps only: a sub-workflow's (``sub/inner``)
+        are left out, as its page does not stream.
+        """
+        inbox = self._inbox()
+        found: dict[tuple[str, str | None], tuple[int, str]] = (
+            {} if inbox is None else self._call(lambda: inbox.streams(run_id))
+        )
+        steps: dict[str, dict[str, Any]] = {}
+        for (path, item), (attempt, text) in found.items():
+            try:
+                segments = split_path(path)
+            except ValueError:  # no path a publisher writes: not a step of this page
+                continue
+            if len(segments) != 1:
+                continue
+            entry = steps.setdefault(segments[0], {})
+            if item is None:
+                entry.update(attempt=attempt, text=text)
+            else:
+                entry.setdefault("items", {})[item] = {"attempt": attempt, "text": text}
+        return steps
+
     def save_answer(self, run_id: str, path: str, value: object) -> None:
         """Save ``value`` in the inbox as the answer to ``path`` of ``run_id``; nothing runs."""
         inbox = self._inbox()
@@ -447,7 +475,9 @@ def step_views(
 ) -> list[StepView]:
     """Each step of the run: the workflow's, in its order, else those the checkpoint names.
 
-    ``running`` names steps this server sees started and not ended;
+    ``running`` names steps this server sees started and not ended (or that
+    stream from the process running them: without the workflow, those of them
+    the checkpoint does not name yet come last);
     ``failed_keys`` the failed items of maps it saw fail. The checkpoint adds the
     failed items of maps of sub-workflows, and those its ledger saw fail (items
     that reported usage) and that are not recorded since. While the run runs
@@ -478,6 +508,7 @@ def step_views(
                     *checkpoint.errors,
                     *waiting,
                     *checkpoint.items,
+                    *running,  # not recorded yet, streaming from another process
                 ]
             )
         )

@@ -101,8 +101,9 @@
 
   window.setTimeout(poll, 500);
 
-  // The text running steps stream (current_step().stream): asked for every 100 ms,
-  // from what the server's events said (no store read), and set as text only.
+  // The text running steps stream (current_step().stream): asked for every 100 ms
+  // (from the server's events, or from the store where another process keeps it),
+  // and set as text only.
   const stream = main.dataset.stream;
   if (!stream) {
     return;
@@ -169,10 +170,16 @@
         showStream(name, part.attempt, part.text, item);
       }
     }
-    // An item that ended streams no more: its text goes (its output shows as recorded).
-    for (const pre of main.querySelectorAll("pre.streamed[data-stream-item]")) {
+    // A step or an item that ended streams no more: its text goes (its output shows
+    // as recorded).
+    for (const pre of main.querySelectorAll("pre.streamed")) {
       const piece = steps[pre.dataset.streamStep];
-      if (!piece || !piece.items || !(pre.dataset.streamItem in piece.items)) {
+      const item = pre.dataset.streamItem;
+      if (item === undefined) {
+        if (!piece || typeof piece.text !== "string") {
+          pre.remove();
+        }
+      } else if (!piece || !piece.items || !(item in piece.items)) {
         pre.closest("div.streamed-item").remove();
       }
     }

@@ -1,0 +1,200 @@
+"""Text streamed by a run another process carries, on a page of a server that runs nothing.
+
+``executionkit worker`` runs `stream_flow.paged` in a process of its own and keeps
+what its step streams in the store's inbox (`StreamPublisher`); a read-only
+server (no ``--workflow``) shows it on the run's page while the step runs, a
+retry's text afresh, then the output. The HTTP tests check ``/stream``'s reading
+of the inbox: a run's own steps only, and nothing of a run no process claims.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from typing import TYPE_CHECKING
+
+import pytest
+import serve_workflows as flows
+from cli_runner import ROOT
+from playwright.sync_api import expect
+from stream_flow import paged
+from test_serve import _request
+
+from executionkit import Step, Workflow
+from executionkit.stores import SQLiteStore
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from playwright.sync_api import Page
+
+WAIT = 20_000  # milliseconds: the bound on every wait for the page
+DEADLINE = 60.0  # seconds: the bound on waiting for the worker
+_WORKER_FLAGS = ("--workflow", "stream_flow:paged", "--poll", "0.2")
+
+
+@pytest.fixture
+def worker(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """A worker carrying run ``talker`` (submitted here) on a fresh SQLite database.
+
+    Its step waits for the files ``go-1``, ``go-2`` in ``tmp_path``; the worker is
+    stopped with SIGTERM at the end, killed if it does not stop, in every outcome.
+    """
+    location = f"sqlite:///{tmp_path / 'runs.db'}"
+    store = SQLiteStore(tmp_path / "runs.db")
+    paged.submit(store, run_id="talker")
+    store.close()
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+        "EK_STREAM_DIR": str(tmp_path),
+    }
+    process = subprocess.Popen(  # noqa: S603 - our own interpreter
+        [sys.executable, "-m", "executionkit", "worker", location, *_WORKER_FLAGS],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield location, process
+    finally:
+        for go in ("go-1", "go-2"):  # a step still waiting ends at once
+            (tmp_path / go).touch()
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+        try:
+            process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate(timeout=30)
+
+
+def _until_streaming(store: SQLiteStore, run_id: str) -> None:
+    """Read the inbox every 10 ms until the run's step streams; fail at the deadline."""
+    pause = threading.Event()
+    for _ in range(int(DEADLINE / 0.01)):
+        if store.inbox.streams(run_id):
+            return
+        pause.wait(0.01)
+    pytest.fail(f"run {run_id!r} streamed nothing within {DEADLINE:g} s")
+
+
+# Every text the page's <pre class="streamed"> elements hold, in the order shown.
+_RECORD = """() => {
+  window.shownTexts = [];
+  const note = () => {
+    for (const pre of document.querySelectorAll("pre.streamed")) {
+      const text = pre.textContent;
+      if (window.shownTexts[window.shownTexts.length - 1] !== text) {
+        window.shownTexts.push(text);
+      }
+    }
+  };
+  note();
+  new MutationObserver(note).observe(document.querySelector("main"),
+    { subtree: true, childList: true, characterData: true });
+}"""
+
+
+def test_a_workers_step_streams_onto_a_page_served_by_another_process(
+    page: Page, tmp_path: Path, worker: tuple[str, subprocess.Popen[str]]
+) -> None:
+    location, process = worker
+    store = SQLiteStore(tmp_path / "runs.db")
+    try:
+        _until_streaming(store, "talker")
+        with flows.serving(location) as served:  # runs nothing: reads the store
+            page.goto(f"{served.url}run?id=talker")
+            page.evaluate(_RECORD)
+            streamed = page.locator('pre.streamed[data-stream-step="talk"]')
+            expect(streamed).to_have_text("attempt 1: hello world", timeout=WAIT)
+            # Not recorded yet, and no --workflow here: its streaming says it runs.
+            expect(page.locator('tr[data-step="talk"] .status')).to_have_text("running")
+            status, _, body = _request(served.url, "/stream?id=talker")
+            assert status == 200
+            assert json.loads(body) == {
+                "live": True,
+                "steps": {"talk": {"attempt": 1, "text": "attempt 1: hello world"}},
+            }
+            (tmp_path / "go-1").touch()  # the first attempt fails: retried at once
+            expect(streamed).to_have_text("attempt 2: hello world", timeout=WAIT)
+            expect(streamed).to_have_attribute("data-attempt", "2")
+            (tmp_path / "go-2").touch()
+            expect(page.locator('tr[data-step="talk"]')).to_contain_text("spoken", timeout=WAIT)
+            expect(page.locator("pre.streamed")).to_have_count(0, timeout=WAIT)
+            shown: list[str] = page.evaluate("() => window.shownTexts")
+    finally:
+        store.close()
+    # The text grew, attempt by attempt: the retry's never followed by the failed attempt's.
+    assert "attempt 1: hello world" in shown
+    assert "attempt 2: hello world" in shown
+    first_retry = next(n for n, text in enumerate(shown) if text.startswith("attempt 2"))
+    assert all(text.startswith("attempt 2") for text in shown[first_retry:]), shown
+    assert all(text.startswith(("attempt 1", "attempt 2")) for text in shown), shown
+    assert process.poll() is None, process.stderr
+
+
+def _recorded(store: SQLiteStore, run_id: str) -> None:
+    """Store a finished run ``run_id`` of steps ``draft`` and ``a/b``, for a page to exist."""
+    steps = [Step("draft", lambda _ctx: "text"), Step("a/b", lambda _ctx: "other")]
+    Workflow(steps).run_sync(checkpoint_fn=store, run_id=run_id)
+
+
+def test_stream_reads_a_claimed_runs_own_steps_from_the_inbox(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "runs.db")
+    _recorded(store, "held")
+    store.inbox.put_streams(
+        "held",
+        {
+            ("draft", None): (2, "the retry's text"),
+            ("a%2Fb", None): (1, "a step whose name holds a slash"),
+            ("map", "7"): (1, "item seven"),
+            ("map", "8"): (3, "item eight"),
+            ("sub/inner", None): (1, "a sub-workflow's step: its page does not stream"),
+        },
+    )
+    try:
+        with flows.serving(f"sqlite:///{tmp_path / 'runs.db'}") as served:
+            status, _, body = _request(served.url, "/stream?id=held")
+            assert (status, json.loads(body)) == (200, {"live": False, "steps": {}})
+            with store.claim("held"):  # a live process carries it: its text shows
+                status, _, body = _request(served.url, "/stream?id=held")
+                assert status == 200
+                assert json.loads(body) == {
+                    "live": True,
+                    "steps": {
+                        "draft": {"attempt": 2, "text": "the retry's text"},
+                        "a/b": {"attempt": 1, "text": "a step whose name holds a slash"},
+                        "map": {
+                            "items": {
+                                "7": {"attempt": 1, "text": "item seven"},
+                                "8": {"attempt": 3, "text": "item eight"},
+                            }
+                        },
+                    },
+                }
+                status, _, page = _request(served.url, "/run?id=held")
+                assert status == 200
+                assert 'data-stream="/stream?id=held"' in page
+            status, _, page = _request(served.url, "/run?id=held")
+            assert status == 200
+            assert "data-stream=" not in page  # nobody runs it: nothing to follow
+    finally:
+        store.close()
+
+
+def test_stream_of_a_run_the_location_does_not_hold_is_empty_and_not_live(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteStore(tmp_path / "runs.db")
+    _recorded(store, "some")
+    store.close()
+    with flows.serving(f"sqlite:///{tmp_path / 'runs.db'}") as served:
+        status, _, body = _request(served.url, "/stream?id=nobody")
+    assert (status, json.loads(body)) == (200, {"live": False, "steps": {}})
