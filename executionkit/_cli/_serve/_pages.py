@@ -234,9 +234,10 @@ def compare_main(comparison: Comparison) -> Markup:
     ]
     if priced:
         totals.append(("dollars", a.dollars or "-", b.dollars or "-"))
+    differ, only_a = comparison.count(DIFFERS), comparison.count(ONLY_A)
     counted = [
-        f"{comparison.count(DIFFERS):,} output(s) differ",
-        f"{comparison.count(ONLY_A):,} step(s) only the first recorded",
+        f"{differ:,} output{'' if differ == 1 else 's'} differ{'s' if differ == 1 else ''}",
+        f"{only_a:,} step{'' if only_a == 1 else 's'} only the first recorded",
         f"{comparison.count(ONLY_B):,} only the second",
         f"{comparison.count(SAME):,} the same",
     ]

@@ -19,6 +19,7 @@ from test_serve_browser import WAIT, dialogs  # noqa: F401 - the fixture `pytest
 from test_serve_operators import PRICES, _answered, _database, _waiting, operations
 
 from executionkit import Prices
+from executionkit._prices import dollars_text
 from executionkit.stores import SQLiteStore
 
 if TYPE_CHECKING:
@@ -138,6 +139,33 @@ def test_a_fork_links_to_its_parent_and_compares_with_it(page: Page, served: Any
     expect(page.locator("body")).to_contain_text("[\n  1,\n  1,")
 
 
+def test_the_dollars_on_the_pages_are_the_priced_spending(page: Page, served: Any) -> None:
+    store = served.app.source.open_store()
+    try:
+        checkpoint = store.load("alpha")  # its first attempt failed: some dollars wasted
+    finally:
+        store.close()
+    priced = checkpoint.spending.priced(Prices(PRICES))
+    assert priced.wasted > 0
+    page.goto(f"{served.url}?q=alpha")
+    expect(_rows(page)).to_have_count(1)
+    expect(_rows(page).first).to_contain_text(dollars_text(priced.total))
+    _rows(page).first.get_by_role("link", name="alpha").click()
+    money = page.locator("section.money")
+    totals = money.locator("tr.total")
+    expect(totals.first.locator("td")).to_have_text(
+        [dollars_text(priced.total), dollars_text(priced.wasted)]
+    )
+    for name, dollars in priced.by_step.items():
+        row = money.locator("tr", has=page.locator("td.step-name", has_text=name))
+        expect(row.locator("td.number").first).to_have_text(dollars_text(dollars))
+    for model, dollars in priced.by_model.items():
+        row = money.locator("tr", has=page.locator("td.model", has_text=str(model)))
+        expect(row.locator("td.number").first).to_have_text(dollars_text(dollars))
+    facts = page.locator("dl.facts")
+    expect(facts).to_contain_text(dollars_text(priced.total))
+
+
 def test_step_names_never_break_mid_word_at_1280_px(page: Page, served: Any) -> None:
     """``collect_summaries`` beside a long output stays on one line (it broke as summar|ies)."""
     page.set_viewport_size({"width": 1280, "height": 800})
@@ -155,3 +183,30 @@ def test_step_names_never_break_mid_word_at_1280_px(page: Page, served: Any) -> 
         cell.element_handle(),
     )
     assert lines < 1.5, f"the name takes {lines:.2f} lines"
+
+
+def test_an_output_preview_wraps_between_values_never_inside_one(page: Page, served: Any) -> None:
+    """``[0, 2, 4, ...]`` wraps after a comma: it broke as ``1|0`` mid-number."""
+    page.set_viewport_size({"width": 640, "height": 800})  # a narrow window: it wraps
+    page.goto(f"{served.url}run?id=done-1")
+    preview = page.locator('tr[data-step="double"] code.preview')
+    expect(preview).to_be_visible()
+    lines, split = page.evaluate(
+        """(code) => {
+            const text = code.firstChild;
+            const tops = new Set();
+            const split = [];
+            for (const found of text.data.matchAll(/\\d+/g)) {
+                const range = document.createRange();
+                range.setStart(text, found.index);
+                range.setEnd(text, found.index + found[0].length);
+                const rects = [...range.getClientRects()].filter((r) => r.width > 0);
+                rects.forEach((r) => tops.add(Math.round(r.top)));
+                if (rects.length !== 1) split.push(found[0]);
+            }
+            return [tops.size, split];
+        }""",
+        preview.element_handle(),
+    )
+    assert lines >= 2, "the preview fits one line here: this test would prove nothing"
+    assert split == [], f"numbers broken across lines: {split}"

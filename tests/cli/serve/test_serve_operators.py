@@ -435,8 +435,7 @@ def test_compare_shows_the_outputs_that_differ_and_each_side_s_cost(
         f"{fork.lineage['parent_seq']}.</p>"
     ) in page
     assert (
-        "2 output(s) differ; 0 step(s) only the first recorded; 0 only the second; 3 the same"
-        in page
+        "2 outputs differ; 0 steps only the first recorded; 0 only the second; 3 the same" in page
     )
     double = _row(page, 'data-step="double"')
     assert "outputs differ" in double
@@ -463,7 +462,7 @@ def test_compare_shows_the_outputs_that_differ_and_each_side_s_cost(
 
 def test_compare_says_which_steps_only_one_run_recorded(known: Any) -> None:
     page = _get(known, "/compare?a=alpha&b=done-1")
-    assert "0 output(s) differ; 0 step(s) only the first recorded; 2 only the second" in page
+    assert "0 outputs differ; 0 steps only the first recorded; 2 only the second" in page
     assert "only the second recorded it" in _row(page, 'data-step="approve"')
     assert "only the second recorded it" in _row(page, 'data-step="publish"')
     assert "not recorded" in _row(page, 'data-step="publish"')
