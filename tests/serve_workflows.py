@@ -149,6 +149,29 @@ def streaming_map() -> Workflow:
     )
 
 
+def _inner_write(ctx: Mapping[str, Any]) -> str:
+    """A sub-workflow's step: streams, held until the gate ``inner`` opens."""
+    current_step().stream(f"inner begins after {ctx['prepare']}, ")
+    _held("inner")
+    return "inner written"
+
+
+def streaming_child() -> Workflow:
+    """A question, then a sub-workflow ``nested`` whose second step streams while held."""
+    inner = Workflow(
+        [
+            Step("prepare", lambda ctx: "preparing"),  # its checkpoint opens the child's page
+            Step("write", _inner_write, depends_on=("prepare",)),
+        ]
+    )
+    return Workflow(
+        [
+            Step.ask("approve", lambda ctx: "write it?"),
+            Step("nested", inner, depends_on=("approve",)),
+        ]
+    )
+
+
 def live(held_by: str = "slow") -> Workflow:
     """Three steps; the middle one, ``slow``, is held by the gate ``held_by``."""
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from executionkit import _clock
-from executionkit._cli._location import DatabaseLocation, close_store
+from executionkit._cli._location import DatabaseLocation, close_store, stream_publisher
 from executionkit._cli._run_options import RunFlags
 from executionkit._cli._text import error_text, say
 
@@ -277,6 +277,9 @@ class Resumer:
         self._flags = RunFlags() if flags is None else flags
         self._lock = threading.Lock()
         self._active: dict[str, _Resume] = {}
+        # The text its runs stream, kept in the location for pages of other servers and
+        # for this one's pages of sub-workflows (its events say the run's own steps).
+        self._streams = stream_publisher(source.location, "serve")
 
     def busy(self, page_id: str) -> bool:
         """Whether this server is resuming ``page_id`` now."""
@@ -317,6 +320,7 @@ class Resumer:
         for resume in resumes:
             if resume.thread is not None:
                 resume.thread.join()
+        self._streams.close()  # its runs deleted their text as they ended: stops a thread left
 
     def _run(self, resume: _Resume, path: str, value: object) -> None:
         try:
@@ -356,6 +360,7 @@ class Resumer:
                 on_event=[
                     self._tracker.listener(resume.page_id, checkpoint.run_id),
                     *flags.listeners,
+                    self._streams,
                 ],
                 checkpoint_every="step",
                 **flags.options,

@@ -209,9 +209,10 @@ class App:
             answers = reader.answers(page_id) if child is None else {}
             known = child is None and self.source.workflow is not None
             submission = reader.submission(page_id) if known else None  # its inputs
-            # Another process runs it: the text its steps stream, as it keeps it.
-            elsewhere = child is None and status == "running" and not self.source.resuming(page_id)
-            streamed = reader.streams(page_id) if elsewhere else {}
+            # The text its steps stream, as the process running it keeps it (a run this
+            # server resumes: its events say it, but not a sub-workflow's).
+            kept = child is not None or not self.source.resuming(page_id)
+            streamed = reader.streams(page_id, child) if kept and status == "running" else {}
         checkpoint = root if child is None else self._child(root, child)
         events = self.tracker.of(page_id) if child is None else RunEvents()
         events.stream_from(streamed)
@@ -278,24 +279,25 @@ class App:
         title = f"run {page_id}" if child is None else f"run {page_id} / {child}"
         return Shown(run_main(page), title, status == "running", found.waiting)
 
-    def streams(self, page_id: str) -> dict[str, Any]:
+    def streams(self, page_id: str, child: str | None = None) -> dict[str, Any]:
         """What ``/stream`` answers for ``page_id``: ``{"live": bool, "steps": {...}}``.
 
         A run this server resumes: from its events, no store read. Any other
-        run a live process claims (a worker's, an ``executionkit run``'s): from
-        the store's inbox, where that process keeps its steps' text
+        run a live process claims (a worker's, an ``executionkit run``'s, another
+        server's), and a sub-workflow's page (``child``) of any: from the
+        store's inbox, where the process running it keeps its steps' text
         (`Reader.streams`). A run no process claims streams nothing, whatever a
         process killed mid-step left in the inbox.
 
         Raises:
             Unreadable: If the location cannot be read.
         """
-        if self.resumer is not None and self.resumer.busy(page_id):
+        if child is None and self.resumer is not None and self.resumer.busy(page_id):
             return {"live": True, "steps": self.tracker.streams(page_id)}
         with self.source.reading() as reader:
             if reader.owner(page_id) is None:
                 return {"live": False, "steps": {}}
-            return {"live": True, "steps": reader.streams(page_id)}
+            return {"live": True, "steps": reader.streams(page_id, child)}
 
     def save_answer(self, page_id: str, path: str, value: object) -> str | None:
         """Save ``value`` in the inbox as the answer to ``path`` of run ``page_id``; run nothing.

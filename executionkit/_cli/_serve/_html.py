@@ -669,7 +669,7 @@ def _tokens(run: RunPage, step: StepView) -> Markup:
 def _streamed(run: RunPage, step: StepView) -> Markup:
     """What the step's running attempt streamed so far (`StepStreamed`), growing live."""
     seen = run.events.steps.get(step.name)
-    if seen is None or run.child is not None:
+    if seen is None:
         return html("")
     shown = []
     if seen.streamed:

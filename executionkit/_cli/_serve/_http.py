@@ -9,7 +9,8 @@
   script polls: ``{"live": bool, "header": header, "v": version}`` with
   ``"parts"`` (the parts of the main that changed since the render ``&since=V``,
   by key) or ``"html"`` (the whole main), see `_parts`.
-- ``GET /stream?id=ID``: the text the run's running steps streamed so far, from
+- ``GET /stream?id=ID`` (``&child=PATH``: a sub-workflow's steps): the text the
+  run's running steps streamed so far, from
   the events of a run this server resumes (no store read), else from the store's
   inbox where the process running it keeps it (`StreamPublisher`), for the
   page's script to ask for every 100 ms.
@@ -153,7 +154,7 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/output" and "id" in query and "step" in query:
             self._output(app.output(query["id"], query["step"], query.get("child")))
         elif path == "/stream" and "id" in query:
-            self._stream(query["id"])
+            self._stream(query["id"], query.get("child"))
         elif path.startswith("/assets/"):
             self._asset(path.removeprefix("/assets/"))
         else:
@@ -270,18 +271,21 @@ class Handler(BaseHTTPRequestHandler):
             asked = {key: value for key, value in query.items() if key != "since"}
             url = f"{path}?{urlencode({**asked, 'live': '1'})}"
             version = app.renders.remember(shown.main)
-            if path == "/run" and "child" not in query:
-                stream = f"/stream?{urlencode({'id': query['id']})}"
+            if path == "/run":
+                shown_run: dict[str, str] = {
+                    key: query[key] for key in ("id", "child") if key in query
+                }
+                stream = f"/stream?{urlencode(shown_run)}"
         page = document(shown.title, header, shown.main, live=url, stream=stream, version=version)
         self._send(HTTPStatus.OK, "text/html; charset=utf-8", page)
 
-    def _stream(self, page_id: str) -> None:
-        """What the running steps of ``page_id`` streamed so far (`App.streams`).
+    def _stream(self, page_id: str, child: str | None) -> None:
+        """What the running steps of ``page_id`` (its sub-workflow ``child``) streamed so far.
 
         ``{"live": bool, "steps": {name: {"attempt": n, "text": str}}}``: from the
-        events of a run resumed here, else from the store's inbox.
+        events of a run resumed here, else from the store's inbox (`App.streams`).
         """
-        state = self.server.app.streams(page_id)
+        state = self.server.app.streams(page_id, child)
         self._send(HTTPStatus.OK, "application/json", json.dumps(state).encode())
 
     def _output(self, text: str) -> None:

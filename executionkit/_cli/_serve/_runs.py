@@ -136,15 +136,20 @@ class Reader:
         found: dict[str, Any] = {} if inbox is None else self._call(lambda: inbox.answers(run_id))
         return found
 
-    def streams(self, run_id: str) -> dict[str, dict[str, Any]]:
-        """The text the running steps of ``run_id`` streamed, as another process keeps it.
+    def streams(self, run_id: str, child: str | None = None) -> dict[str, dict[str, Any]]:
+        """The text the running steps of ``run_id`` streamed, as the process running it keeps it.
 
         What the store's inbox holds (`RunInbox.streams`, written by that
         process's `StreamPublisher`), in the shape ``/stream`` answers (see
         `Tracker.streams`): ``{step: {"attempt", "text"}}`` and a map's
-        ``"items"``. The run's own steps only: a sub-workflow's (``sub/inner``)
-        are left out, as its page does not stream.
+        ``"items"``. The steps of the run itself, or with ``child`` (a page's
+        ``child``: ``sub``, ``sub/key``, deeper by segments) those of that
+        sub-workflow, whose entries the publisher keeps under its path.
         """
+        try:
+            place = [] if child is None else split_path(child)
+        except ValueError:  # no sub-workflow has that path: nothing streams there
+            return {}
         inbox = self._inbox()
         found: dict[tuple[str, str | None], tuple[int, str]] = (
             {} if inbox is None else self._call(lambda: inbox.streams(run_id))
@@ -155,9 +160,9 @@ class Reader:
                 segments = split_path(path)
             except ValueError:  # no path a publisher writes: not a step of this page
                 continue
-            if len(segments) != 1:
-                continue
-            entry = steps.setdefault(segments[0], {})
+            if segments[:-1] != place:
+                continue  # a step of another sub-workflow, or of the run, not of this page
+            entry = steps.setdefault(segments[-1], {})
             if item is None:
                 entry.update(attempt=attempt, text=text)
             else:
@@ -508,6 +513,7 @@ def step_views(
                     *checkpoint.errors,
                     *waiting,
                     *checkpoint.items,
+                    *checkpoint.children,  # sub-workflows in progress
                     *running,  # not recorded yet, streaming from another process
                 ]
             )

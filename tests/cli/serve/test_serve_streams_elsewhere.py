@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 from typing import TYPE_CHECKING
+from urllib.parse import urlencode
 
 import pytest
 import serve_workflows as flows
@@ -28,7 +30,7 @@ from executionkit import Step, Workflow
 from executionkit.stores import SQLiteStore
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from pathlib import Path
 
     from playwright.sync_api import Page
@@ -198,3 +200,118 @@ def test_stream_of_a_run_the_location_does_not_hold_is_empty_and_not_live(
     with flows.serving(f"sqlite:///{tmp_path / 'runs.db'}") as served:
         status, _, body = _request(served.url, "/stream?id=nobody")
     assert (status, json.loads(body)) == (200, {"live": False, "steps": {}})
+
+
+def test_stream_of_a_sub_workflow_reads_its_own_steps(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "runs.db")
+    _recorded(store, "held")
+    store.inbox.put_streams(
+        "held",
+        {
+            ("draft", None): (1, "the run's own"),
+            ("sub/inner", None): (1, "the child's"),
+            ("sub/7/inner", None): (2, "item seven's child"),
+            ("sub/7/deeper/x", "k"): (1, "a grandchild's item"),
+        },
+    )
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    try:
+        with flows.serving(url) as served, store.claim("held"):
+            asked = {
+                "sub": {"inner": {"attempt": 1, "text": "the child's"}},
+                "sub/7": {"inner": {"attempt": 2, "text": "item seven's child"}},
+                "sub/7/deeper": {
+                    "x": {"items": {"k": {"attempt": 1, "text": "a grandchild's item"}}}
+                },
+                "nowhere": {},
+                "%": {},  # no path a sub-workflow has: nothing, not an error
+            }
+            for child, steps in asked.items():
+                status, _, body = _request(
+                    served.url, f"/stream?{urlencode({'id': 'held', 'child': child})}"
+                )
+                assert (status, json.loads(body)) == (200, {"live": True, "steps": steps}), child
+    finally:
+        store.close()
+
+
+def _until(done: Callable[[], bool], what: str) -> None:
+    """Check ``done`` every 10 ms until it holds; fail at the deadline."""
+    pause = threading.Event()
+    for _ in range(int(DEADLINE / 0.01)):
+        if done():
+            return
+        pause.wait(0.01)
+    pytest.fail(f"{what} within {DEADLINE:g} s")
+
+
+def test_a_run_one_server_resumes_streams_on_another_servers_pages(
+    page: Page, tmp_path: Path
+) -> None:
+    """A server resuming a run keeps its text in the store: a read-only server shows it, and
+    the page of a sub-workflow shows its steps' text on either server."""
+    flows.reset()
+    store = SQLiteStore(tmp_path / "runs.db")
+    first = flows.Background(flows.streaming(), store, "writer")
+    nested = flows.Background(flows.streaming_child(), store, "nest")
+    first.join()
+    nested.join()
+    assert first.error is None
+    assert nested.error is None
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    try:
+        with (
+            flows.serving(url, flows.streaming(), "serve_workflows:streaming") as runs,
+            flows.serving(
+                url, flows.streaming_child(), "serve_workflows:streaming_child"
+            ) as nests,
+            flows.serving(url) as reader,
+        ):
+            for server, run_id in ((runs, "writer"), (nests, "nest")):  # each answers its run
+                status, _, body = _request(server.url, "/run?id=" + run_id)
+                token = re.search(r'name="token" value="([^"]+)"', body)
+                assert status == 200
+                assert token is not None
+                form = {"token": token[1], "run": run_id, "path": "approve", "value": "yes"}
+                assert _request(server.url, "/answer", method="POST", form=form)[0] == 303
+            # A run the first server resumes, on the read-only server's page.
+            page.goto(f"{reader.url}run?id=writer")
+            streamed = page.locator('pre.streamed[data-stream-step="write"]')
+            expect(streamed).to_have_text("first try, ", timeout=WAIT)
+            assert flows.begun("first-try").wait(flows.GATE_WAIT)
+            flows.gate("first-try").set()  # the first attempt fails: retried
+            expect(streamed).to_have_text("second try, ", timeout=WAIT)
+            expect(streamed).to_have_attribute("data-attempt", "2")
+            flows.gate("second-try").set()
+            expect(page.locator('tr[data-step="write"]')).to_contain_text(
+                "second try, whole answer", timeout=WAIT
+            )
+            expect(page.locator("pre.streamed")).to_have_count(0, timeout=WAIT)
+            # A sub-workflow's step, on its page, on the server that runs it and on the other.
+            assert flows.begun("inner").wait(flows.GATE_WAIT)
+            child = "run?id=nest&child=nested"
+            _until(lambda: _request(nests.url, "/" + child)[0] == 200, "the child's page")
+            for server in (nests, reader):
+                page.goto(server.url + child)
+                inner = page.locator('pre.streamed[data-stream-step="write"]')
+                expect(inner).to_have_text("inner begins after preparing, ", timeout=WAIT)
+            page.goto(f"{reader.url}run?id=nest")  # the run's own page: not its child's steps
+            expect(page.locator('tr[data-step="nested"] .status')).to_have_text("running")
+            expect(page.locator("pre.streamed")).to_have_count(0)
+            flows.gate("inner").set()
+            _until(
+                lambda: (
+                    _nested_output(store) == {"write": "inner written", "prepare": "preparing"}
+                ),
+                "the child's output",
+            )
+            assert store.inbox.streams("nest") == {}  # deleted as the step ended
+            assert store.inbox.streams("writer") == {}
+    finally:
+        flows.release_all()
+        store.close()
+
+
+def _nested_output(store: SQLiteStore) -> object:
+    checkpoint = store.load("nest")
+    return None if checkpoint is None else checkpoint.outputs.get("nested")
