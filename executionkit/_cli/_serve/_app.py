@@ -336,6 +336,7 @@ class App:
             raise LookupError(f"no sub-workflow {child!r} in progress in this run")
         status = self.source.status(reader, page_id, None)
         owner = reader.owner(page_id)
+        streamed = reader.streams(page_id) if status == "running" else {}
         spec = self.workflow_spec or submission.metadata.get("workflow")
         inbox = InboxView(
             self._worker_command(None, spec),
@@ -350,6 +351,7 @@ class App:
             None if owner is None else owner.describe(),
             inbox,
             message,
+            streamed,
         )
         return Shown(submitted_main(page), f"run {page_id}", status == "running")
 

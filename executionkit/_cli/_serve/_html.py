@@ -321,6 +321,8 @@ class SubmittedPage:
     owner: str | None
     inbox: InboxView
     message: str | None = None  # why an answer posted to it was refused
+    # The text its running steps stream before its first checkpoint (`Reader.streams`).
+    streamed: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 def run_main(run: RunPage) -> Markup:
@@ -412,11 +414,48 @@ def submitted_main(run: SubmittedPage) -> Markup:
             if run.message is None
             else html('<p class="message" role="alert">{}</p>', run.message),
             _inbox_notes(run.inbox),
+            _streaming_now(run),
             html(
                 '<p class="cli">A worker starts it:</p><pre><code>{}</code></pre>',
                 run.inbox.worker_command,
             ),
         ]
+    )
+
+
+def _streaming_now(run: SubmittedPage) -> Markup:
+    """The steps of a claimed run streaming before its first checkpoint: a row each.
+
+    The rows are those of a run's steps table (the page's script finds a step's
+    text by its row), so the text grows as on any run's page until the first
+    checkpoint brings the whole page.
+    """
+    if run.status != "running":
+        return NOTHING
+    rows = []
+    for name, entry in run.streamed.items():
+        own = (entry.get("attempt", 0), entry.get("text", ""))
+        items = {key: (it["attempt"], it["text"]) for key, it in entry.get("items", {}).items()}
+        rows.append(
+            html(
+                '<tr class="step-row" data-step="{}"><td class="step-name">{}</td><td>-</td>'
+                '<td>{}</td><td class="number">{}</td><td class="number">-</td>'
+                '<td class="number">-</td><td>{}</td><td class="error"></td></tr>',
+                name,
+                breakable(name),
+                status_word("running"),
+                entry.get("attempt", "-"),
+                _streamed_text(name, own, items),
+            )
+        )
+    return html(
+        '<h2>Running now</h2><p class="note">What its running steps stream, until its first '
+        "checkpoint is saved.</p>"
+        '<table class="steps"><thead><tr><th>step</th><th>kind</th><th>status</th>'
+        '<th class="number">attempts</th><th class="number">duration</th>'
+        '<th class="number">tokens</th><th>output</th><th>error</th></tr></thead>'
+        "<tbody>{}</tbody></table>",
+        join(rows),
     )
 
 
@@ -671,24 +710,34 @@ def _streamed(run: RunPage, step: StepView) -> Markup:
     seen = run.events.steps.get(step.name)
     if seen is None:
         return html("")
+    return _streamed_text(step.name, (seen.streamed_attempt, seen.streamed), seen.items_streamed)
+
+
+def _streamed_text(
+    name: str, own: tuple[int, str], items: Mapping[str, tuple[int, str]]
+) -> Markup:
+    """What a step streamed so far: ``own``, its attempt's number and text; ``items``, by key.
+
+    ``items``: each running item of a map, its attempt's number and text.
+    """
     shown = []
-    if seen.streamed:
+    if own[1]:
         shown.append(
             html(
                 '<pre class="streamed" data-stream-step="{}" data-attempt="{}">{}</pre>',
-                step.name,
-                seen.streamed_attempt,
-                seen.streamed,
+                name,
+                own[0],
+                own[1],
             )
         )
-    for key, (attempt, text) in seen.items_streamed.items():
+    for key, (attempt, text) in items.items():
         shown.append(
             html(
                 '<div class="streamed-item"><span class="item-key">item {}</span>'
                 '<pre class="streamed" data-stream-step="{}" data-stream-item="{}" '
                 'data-attempt="{}">{}</pre></div>',
                 key,
-                step.name,
+                name,
                 key,
                 attempt,
                 text,

@@ -23,7 +23,7 @@ import pytest
 import serve_workflows as flows
 from cli_runner import ROOT
 from playwright.sync_api import expect
-from stream_flow import paged
+from stream_flow import paged, workflow
 from test_serve import _request
 
 from executionkit import Step, Workflow
@@ -37,27 +37,32 @@ if TYPE_CHECKING:
 
 WAIT = 20_000  # milliseconds: the bound on every wait for the page
 DEADLINE = 60.0  # seconds: the bound on waiting for the worker
-_WORKER_FLAGS = ("--workflow", "stream_flow:paged", "--poll", "0.2")
 
 
 @pytest.fixture
-def worker(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+def worker(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """A worker carrying run ``talker`` (submitted here) on a fresh SQLite database.
 
-    Its step waits for the files ``go-1``, ``go-2`` in ``tmp_path``; the worker is
-    stopped with SIGTERM at the end, killed if it does not stop, in every outcome.
+    Of `stream_flow.paged`, or of the workflow of `stream_flow` the test's
+    parameter names (``indirect``). Its step waits for the files ``go-1``,
+    ``go-2`` in ``tmp_path``; the worker is stopped with SIGTERM at the end,
+    killed if it does not stop, in every outcome.
     """
+    name = getattr(request, "param", "paged")
     location = f"sqlite:///{tmp_path / 'runs.db'}"
     store = SQLiteStore(tmp_path / "runs.db")
-    paged.submit(store, run_id="talker")
+    {"paged": paged, "workflow": workflow}[name].submit(store, run_id="talker")
     store.close()
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
         "EK_STREAM_DIR": str(tmp_path),
     }
+    flags = ("--workflow", f"stream_flow:{name}", "--poll", "0.2")
     process = subprocess.Popen(  # noqa: S603 - our own interpreter
-        [sys.executable, "-m", "executionkit", "worker", location, *_WORKER_FLAGS],
+        [sys.executable, "-m", "executionkit", "worker", location, *flags],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -139,6 +144,33 @@ def test_a_workers_step_streams_onto_a_page_served_by_another_process(
     first_retry = next(n for n, text in enumerate(shown) if text.startswith("attempt 2"))
     assert all(text.startswith("attempt 2") for text in shown[first_retry:]), shown
     assert all(text.startswith(("attempt 1", "attempt 2")) for text in shown), shown
+    assert process.poll() is None, process.stderr
+
+
+@pytest.mark.parametrize("worker", ["workflow"], indirect=True)
+def test_a_run_streams_on_its_page_before_its_first_checkpoint(
+    page: Page, tmp_path: Path, worker: tuple[str, subprocess.Popen[str]]
+) -> None:
+    """A submitted run's first step streams: its page, with no checkpoint yet, shows it."""
+    location, process = worker
+    store = SQLiteStore(tmp_path / "runs.db")
+    try:
+        _until_streaming(store, "talker")
+        assert store.load("talker") is None  # nothing recorded: the page of a submitted run
+        with flows.serving(location) as served:
+            page.goto(f"{served.url}run?id=talker")
+            expect(page.get_by_role("heading", name="Running now")).to_be_visible()
+            streamed = page.locator('pre.streamed[data-stream-step="talk"]')
+            expect(streamed).to_have_text("attempt 1: hello world", timeout=WAIT)
+            (tmp_path / "go-1").touch()
+            expect(streamed).to_have_text("attempt 2: hello world", timeout=WAIT)
+            expect(streamed).to_have_attribute("data-attempt", "2")
+            (tmp_path / "go-2").touch()  # it ends: its checkpoint brings the run's page
+            expect(page.locator('tr[data-step="talk"]')).to_contain_text("spoken", timeout=WAIT)
+            expect(page.get_by_role("heading", name="Running now")).to_have_count(0)
+            expect(page.locator("pre.streamed")).to_have_count(0)
+    finally:
+        store.close()
     assert process.poll() is None, process.stderr
 
 
