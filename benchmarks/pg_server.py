@@ -8,7 +8,8 @@ runs it as a system user ``pgserver`` that it creates. The server is stopped
 and its folder deleted when the benchmark ends.
 
 Every case gets an empty database of its own (`fresh_database`), dropped after
-it, so that no case sees the tables or rows another left behind.
+it, so that no case sees the tables or rows another left behind. `databases`
+gives the stores a benchmark measures: SQLite, and PostgreSQL when asked.
 """
 
 from __future__ import annotations
@@ -42,6 +43,26 @@ def throwaway_server() -> Iterator[str]:
             warnings.simplefilter("ignore")
             server.cleanup()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def databases(postgres: str | None, folder: Path) -> Iterator[list[tuple[str, str, Any]]]:
+    """(name, location, store) of each database measured; every store closed after.
+
+    SQLite in ``folder`` always; PostgreSQL too when ``postgres`` is a connection
+    string, or ``"auto"`` for a `throwaway_server`.
+    """
+    from executionkit.stores import PostgresStore, SQLiteStore  # noqa: PLC0415 - on the path now
+
+    found: list[tuple[str, str, Any]] = [
+        ("SQLite", f"sqlite:///{folder}/runs.db", SQLiteStore(folder / "runs.db"))
+    ]
+    with contextlib.ExitStack() as stack:
+        stack.callback(lambda: [store.close() for _, _, store in found])
+        if postgres is not None:
+            uri = stack.enter_context(throwaway_server()) if postgres == "auto" else postgres
+            found.append(("PostgreSQL", uri, PostgresStore(uri)))
+        yield found
 
 
 @contextlib.contextmanager

@@ -25,7 +25,6 @@ SQLite always; PostgreSQL with ``--postgres auto`` (a throwaway server from the
 from __future__ import annotations
 
 import argparse
-import contextlib
 import http.client
 import importlib
 import json
@@ -43,15 +42,15 @@ import source
 
 source.put_on_path()
 
+from pg_server import databases  # noqa: E402
 from serve import served  # noqa: E402
 
 from executionkit._cli._location import parse_location  # noqa: E402
 from executionkit._cli._serve import App  # noqa: E402
 from executionkit._cli._serve._runs import Source  # noqa: E402
-from executionkit.stores import PostgresStore, SQLiteStore  # noqa: E402
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
 PAGE_POLL = 0.1  # seconds the page's script waits after each answer of /stream
 
@@ -151,27 +150,6 @@ def _measure(
         msg = f"{location}: saw {len(seen)} of {pieces} pieces; the worker said:\n{err.decode()}"
         raise RuntimeError(msg)
     return [seen[index] for index in sorted(seen)]
-
-
-@contextlib.contextmanager
-def databases(postgres: str | None, folder: Path) -> Iterator[list[tuple[str, str, Any]]]:
-    """(name, location, store) of each database measured."""
-    found: list[tuple[str, str, Any]] = [
-        ("SQLite", f"sqlite:///{folder}/runs.db", SQLiteStore(folder / "runs.db"))
-    ]
-    if postgres is None:
-        yield found
-        return
-    import pg_server  # noqa: PLC0415
-
-    with contextlib.ExitStack() as stack:
-        uri = postgres
-        if postgres == "auto":
-            uri = stack.enter_context(pg_server.throwaway_server())
-        found.append(("PostgreSQL", uri, PostgresStore(uri)))
-        yield found
-        for _, _, store in found:
-            store.close()
 
 
 def main() -> None:

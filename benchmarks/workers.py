@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import importlib
 import os
 import statistics
@@ -33,19 +32,17 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import source
 
 source.put_on_path()
 
+from pg_server import databases  # noqa: E402
+
 from executionkit import Step, Workflow  # noqa: E402
 from executionkit._cli._location import parse_location  # noqa: E402
 from executionkit._cli._worker import Worker  # noqa: E402
-from executionkit.stores import PostgresStore, SQLiteStore  # noqa: E402
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
 
 FLOW = """\
 import asyncio
@@ -148,25 +145,6 @@ def throughput(location: str, store: Any, runs: int, workers: int, folder: Path)
             process.wait(timeout=60)
 
 
-@contextlib.contextmanager
-def databases(postgres: str | None, folder: Path) -> Iterator[list[tuple[str, str, Any]]]:
-    """(name, location, store) of each database measured."""
-    found: list[tuple[str, str, Any]] = [
-        ("SQLite", f"sqlite:///{folder}/runs.db", SQLiteStore(folder / "runs.db"))
-    ]
-    if postgres is None:
-        yield found
-        return
-    import pg_server  # noqa: PLC0415
-
-    with contextlib.ExitStack() as stack:
-        uri = postgres
-        if postgres == "auto":
-            uri = stack.enter_context(pg_server.throwaway_server())
-        found.append(("PostgreSQL", uri, PostgresStore(uri)))
-        yield found
-
-
 def main() -> None:
     """Measure and print both tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -201,8 +179,6 @@ def main() -> None:
             for workers in map(int, args.workers.split(",")):
                 seconds = throughput(location, store, args.runs, workers, folder)
                 print(f"| {label} | {workers} | {seconds:.1f} | {args.runs / seconds:.1f} |")
-        for _, _, store in found:
-            store.close()
 
 
 if __name__ == "__main__":

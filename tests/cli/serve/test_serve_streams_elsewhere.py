@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 import pytest
@@ -123,12 +123,13 @@ def test_a_workers_step_streams_onto_a_page_served_by_another_process(
             expect(streamed).to_have_text("attempt 1: hello world", timeout=WAIT)
             # Not recorded yet, and no --workflow here: its streaming says it runs.
             expect(page.locator('tr[data-step="talk"] .status')).to_have_text("running")
-            status, _, body = _request(served.url, "/stream?id=talker")
-            assert status == 200
-            assert json.loads(body) == {
-                "live": True,
-                "steps": {"talk": {"attempt": 1, "text": "attempt 1: hello world"}},
-            }
+            assert _streamed(served.url, id="talker") == (
+                200,
+                {
+                    "live": True,
+                    "steps": {"talk": {"attempt": 1, "text": "attempt 1: hello world"}},
+                },
+            )
             (tmp_path / "go-1").touch()  # the first attempt fails: retried at once
             expect(streamed).to_have_text("attempt 2: hello world", timeout=WAIT)
             expect(streamed).to_have_attribute("data-attempt", "2")
@@ -180,39 +181,51 @@ def _recorded(store: SQLiteStore, run_id: str) -> None:
     Workflow(steps).run_sync(checkpoint_fn=store, run_id=run_id)
 
 
-def test_stream_reads_a_claimed_runs_own_steps_from_the_inbox(tmp_path: Path) -> None:
+def _holding(tmp_path: Path, texts: dict[tuple[str, str | None], tuple[int, str]]) -> Any:
+    """A database of run ``held`` (recorded), its inbox holding ``texts``; the store."""
     store = SQLiteStore(tmp_path / "runs.db")
     _recorded(store, "held")
-    store.inbox.put_streams(
-        "held",
+    store.inbox.put_streams("held", texts)
+    return store
+
+
+def _streamed(url: str, **query: str) -> tuple[int, Any]:
+    """``GET /stream`` with ``query``: the status and the JSON answered."""
+    status, _, body = _request(url, f"/stream?{urlencode(query)}")
+    return status, json.loads(body)
+
+
+def test_stream_reads_a_claimed_runs_own_steps_from_the_inbox(tmp_path: Path) -> None:
+    store = _holding(
+        tmp_path,
         {
             ("draft", None): (2, "the retry's text"),
             ("a%2Fb", None): (1, "a step whose name holds a slash"),
             ("map", "7"): (1, "item seven"),
             ("map", "8"): (3, "item eight"),
-            ("sub/inner", None): (1, "a sub-workflow's step: its page does not stream"),
+            ("sub/inner", None): (1, "a sub-workflow's step: on the sub-workflow's page"),
         },
     )
     try:
         with flows.serving(f"sqlite:///{tmp_path / 'runs.db'}") as served:
-            status, _, body = _request(served.url, "/stream?id=held")
-            assert (status, json.loads(body)) == (200, {"live": False, "steps": {}})
+            assert _streamed(served.url, id="held") == (200, {"live": False, "steps": {}})
             with store.claim("held"):  # a live process carries it: its text shows
-                status, _, body = _request(served.url, "/stream?id=held")
-                assert status == 200
-                assert json.loads(body) == {
-                    "live": True,
-                    "steps": {
-                        "draft": {"attempt": 2, "text": "the retry's text"},
-                        "a/b": {"attempt": 1, "text": "a step whose name holds a slash"},
-                        "map": {
-                            "items": {
-                                "7": {"attempt": 1, "text": "item seven"},
-                                "8": {"attempt": 3, "text": "item eight"},
-                            }
+                assert _streamed(served.url, id="held") == (
+                    200,
+                    {
+                        "live": True,
+                        "steps": {
+                            "draft": {"attempt": 2, "text": "the retry's text"},
+                            "a/b": {"attempt": 1, "text": "a step whose name holds a slash"},
+                            "map": {
+                                "items": {
+                                    "7": {"attempt": 1, "text": "item seven"},
+                                    "8": {"attempt": 3, "text": "item eight"},
+                                }
+                            },
                         },
                     },
-                }
+                )
                 status, _, page = _request(served.url, "/run?id=held")
                 assert status == 200
                 assert 'data-stream="/stream?id=held"' in page
@@ -230,15 +243,12 @@ def test_stream_of_a_run_the_location_does_not_hold_is_empty_and_not_live(
     _recorded(store, "some")
     store.close()
     with flows.serving(f"sqlite:///{tmp_path / 'runs.db'}") as served:
-        status, _, body = _request(served.url, "/stream?id=nobody")
-    assert (status, json.loads(body)) == (200, {"live": False, "steps": {}})
+        assert _streamed(served.url, id="nobody") == (200, {"live": False, "steps": {}})
 
 
 def test_stream_of_a_sub_workflow_reads_its_own_steps(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "runs.db")
-    _recorded(store, "held")
-    store.inbox.put_streams(
-        "held",
+    store = _holding(
+        tmp_path,
         {
             ("draft", None): (1, "the run's own"),
             ("sub/inner", None): (1, "the child's"),
@@ -259,10 +269,8 @@ def test_stream_of_a_sub_workflow_reads_its_own_steps(tmp_path: Path) -> None:
                 "%": {},  # no path a sub-workflow has: nothing, not an error
             }
             for child, steps in asked.items():
-                status, _, body = _request(
-                    served.url, f"/stream?{urlencode({'id': 'held', 'child': child})}"
-                )
-                assert (status, json.loads(body)) == (200, {"live": True, "steps": steps}), child
+                answered = _streamed(served.url, id="held", child=child)
+                assert answered == (200, {"live": True, "steps": steps}), child
     finally:
         store.close()
 
