@@ -292,7 +292,9 @@ class RunInbox:
                 return
         self._rows.put_many(run_id, STREAM, values, _now(), drop=gone)
 
-    def streams(self, run_id: str) -> dict[StreamKey, tuple[int, str]]:
+    def streams(
+        self, run_id: str, *, since: datetime | None = None
+    ) -> dict[StreamKey, tuple[int, str]]:
         """The text each running attempt of ``run_id`` streamed so far, as `put_streams` kept it.
 
         By ``(step path, item key or None)``: the attempt's number and its text
@@ -300,22 +302,32 @@ class RunInbox:
         ``sub/inner`` for a step of the sub-workflow of step ``sub``
         (``sub/key/inner`` in a map's item), each name written as question
         paths write them. An entry goes when its attempt ends; entries a
-        process killed mid-step left stay until the run runs again (or is
-        deleted): check that the run has an owner (``store.owner``).
+        process killed mid-step left stay until the run streams again (or is
+        deleted): check that the run has an owner (``store.owner``), and pass
+        its claim's time as ``since``.
+
+        Args:
+            run_id: The run.
+            since: Leave out the entries last written before this moment (an
+                aware datetime): those of a process that ran the run before
+                its owner now claimed it (``store.owner(run_id).since``).
 
         Raises:
             CheckpointFormatError: If an entry is damaged.
         """
         found: dict[StreamKey, tuple[int, str]] = {}
-        for _, name, value, _at in self._rows.rows(STREAM, run_id):
+        for _, name, value, at in self._rows.rows(STREAM, run_id):
             key, data = self._value(run_id, STREAM, name), self._value(run_id, STREAM, value)
-            if not _stream_entry(key, data):
+            written = _moment(at)
+            if not _stream_entry(key, data) or written is None:
                 msg = (
                     f"{self._store}: the streamed text of run {run_id!r} is damaged: "
-                    f"{name[:80]!r} holds {value[:80]!r}"
+                    f"{name[:80]!r} holds {value[:80]!r}, written at {str(at)[:40]!r} "
+                    f"(expected an ISO 8601 time with its offset)"
                 )
                 raise CheckpointFormatError(msg)
-            found[key[0], key[1]] = (data["attempt"], data["text"])
+            if since is None or written >= since:
+                found[key[0], key[1]] = (data["attempt"], data["text"])
         return found
 
     def drop_streams(self, run_id: str, keys: Iterable[StreamKey] | None = None) -> None:
@@ -429,6 +441,15 @@ def _stream_entry(key: object, data: object) -> bool:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat()
+
+
+def _moment(at: str) -> datetime | None:
+    """When an entry was written (``at``, as `_now` wrote it); None if that is no time."""
+    try:
+        written = datetime.fromisoformat(at)
+    except ValueError:
+        return None
+    return written if written.tzinfo is not None else None
 
 
 # --- the file stores' inbox: a JSON file beside the checkpoint file ----------------------

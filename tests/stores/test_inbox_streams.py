@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -110,6 +111,26 @@ def test_replace_all_deletes_what_an_earlier_process_left(stores: tuple[Any, Any
     writer.inbox.put_streams("r1", {}, replace_all=True)
     assert reader.inbox.streams("r1") == {}
     assert reader.inbox.streams("r2") == {("a", None): (1, "another run")}
+
+
+def test_since_leaves_out_the_entries_written_before_it(stores: tuple[Any, Any]) -> None:
+    """``since`` (an owner's claim) hides what a process that ran the run before left."""
+    writer, reader = stores
+    writer.inbox.put_streams("r1", {("a", None): (1, "left by a killed process")})
+    claimed = datetime.now(UTC)
+    writer.inbox.put_streams("r1", {("b", None): (1, "the owner's")})
+    assert reader.inbox.streams("r1", since=claimed) == {("b", None): (1, "the owner's")}
+    assert reader.inbox.streams("r1") == {
+        ("a", None): (1, "left by a killed process"),
+        ("b", None): (1, "the owner's"),
+    }
+    writer.inbox.put_streams("r1", {("a", None): (2, "the owner's retry")})  # written anew
+    assert reader.inbox.streams("r1", since=claimed) == {
+        ("a", None): (2, "the owner's retry"),
+        ("b", None): (1, "the owner's"),
+    }
+    later = datetime.now(UTC) + timedelta(seconds=1)
+    assert reader.inbox.streams("r1", since=later) == {}
 
 
 def test_drop_streams_deletes_some_or_all(stores: tuple[Any, Any]) -> None:
@@ -219,4 +240,14 @@ def test_a_damaged_entry_is_named(tmp_path: Path) -> None:
         )
     connection.close()
     with pytest.raises(CheckpointFormatError, match="the streamed text of run 'r1' is damaged"):
+        store.inbox.streams("r1")
+
+
+def test_an_entry_of_no_time_is_named_damaged(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "runs.db")
+    store.inbox.put_streams("r1", {("talk", None): (1, "x")})
+    with sqlite3.connect(tmp_path / "runs.db") as connection:
+        connection.execute("UPDATE executionkit_inbox SET at = 'yesterday' WHERE kind = 'stream'")
+    connection.close()
+    with pytest.raises(CheckpointFormatError, match="written at 'yesterday' \\(expected an ISO"):
         store.inbox.streams("r1")

@@ -212,7 +212,11 @@ class App:
             # The text its steps stream, as the process running it keeps it (a run this
             # server resumes: its events say it, but not a sub-workflow's).
             kept = child is not None or not self.source.resuming(page_id)
-            streamed = reader.streams(page_id, child) if kept and status == "running" else {}
+            streamed = (
+                reader.streams(page_id, child, since=None if owner is None else owner.since)
+                if kept and status == "running"
+                else {}
+            )
         checkpoint = root if child is None else self._child(root, child)
         events = self.tracker.of(page_id) if child is None else RunEvents()
         events.stream_from(streamed)
@@ -295,9 +299,10 @@ class App:
         if child is None and self.resumer is not None and self.resumer.busy(page_id):
             return {"live": True, "steps": self.tracker.streams(page_id)}
         with self.source.reading() as reader:
-            if reader.owner(page_id) is None:
+            owner = reader.owner(page_id)
+            if owner is None:
                 return {"live": False, "steps": {}}
-            return {"live": True, "steps": reader.streams(page_id, child)}
+            return {"live": True, "steps": reader.streams(page_id, child, since=owner.since)}
 
     def save_answer(self, page_id: str, path: str, value: object) -> str | None:
         """Save ``value`` in the inbox as the answer to ``path`` of run ``page_id``; run nothing.
@@ -336,7 +341,11 @@ class App:
             raise LookupError(f"no sub-workflow {child!r} in progress in this run")
         status = self.source.status(reader, page_id, None)
         owner = reader.owner(page_id)
-        streamed = reader.streams(page_id) if status == "running" else {}
+        streamed = (
+            reader.streams(page_id, since=owner.since)
+            if status == "running" and owner is not None
+            else {}
+        )
         spec = self.workflow_spec or submission.metadata.get("workflow")
         inbox = InboxView(
             self._worker_command(None, spec),

@@ -43,6 +43,7 @@ from executionkit._paths import split_path
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping  # noqa: TC004 - dataclass annotations stay strings
+    from datetime import datetime
 
     from executionkit._checkpoint._value import WorkflowCheckpoint  # noqa: TC004 - likewise
     from executionkit._cli._location import Location  # noqa: TC004 - dataclass annotations stay strings
@@ -136,7 +137,9 @@ class Reader:
         found: dict[str, Any] = {} if inbox is None else self._call(lambda: inbox.answers(run_id))
         return found
 
-    def streams(self, run_id: str, child: str | None = None) -> dict[str, dict[str, Any]]:
+    def streams(
+        self, run_id: str, child: str | None = None, *, since: datetime | None = None
+    ) -> dict[str, dict[str, Any]]:
         """The text the running steps of ``run_id`` streamed, as the process running it keeps it.
 
         What the store's inbox holds (`RunInbox.streams`, written by that
@@ -145,6 +148,8 @@ class Reader:
         ``"items"``. The steps of the run itself, or with ``child`` (a page's
         ``child``: ``sub``, ``sub/key``, deeper by segments) those of that
         sub-workflow, whose entries the publisher keeps under its path.
+        ``since``: the run's owner's claim; entries written before it are a
+        process's that ran the run before (killed mid-step), not shown.
         """
         try:
             place = [] if child is None else split_path(child)
@@ -152,7 +157,7 @@ class Reader:
             return {}
         inbox = self._inbox()
         found: dict[tuple[str, str | None], tuple[int, str]] = (
-            {} if inbox is None else self._call(lambda: inbox.streams(run_id))
+            {} if inbox is None else self._call(lambda: inbox.streams(run_id, since=since))
         )
         steps: dict[str, dict[str, Any]] = {}
         for (path, item), (attempt, text) in found.items():

@@ -148,6 +148,31 @@ def test_a_workers_step_streams_onto_a_page_served_by_another_process(
     assert process.poll() is None, process.stderr
 
 
+def test_the_text_a_killed_worker_left_is_never_shown(
+    tmp_path: Path, worker: tuple[str, subprocess.Popen[str]]
+) -> None:
+    """kill -9 mid-step: the entry stays in the inbox, but no live process claims the run."""
+    location, process = worker
+    store = SQLiteStore(tmp_path / "runs.db")
+    try:
+        _until_streaming(store, "talker")
+        with flows.serving(location) as served:
+            assert _streamed(served.url, id="talker")[1]["live"] is True
+            process.kill()
+            process.wait(timeout=60)
+            assert store.inbox.streams("talker") == {("talk", None): (1, "attempt 1: hello world")}
+            assert _streamed(served.url, id="talker") == (200, {"live": False, "steps": {}})
+            status, _, page = _request(served.url, "/run?id=talker")
+            assert status == 200
+            assert "hello world" not in page
+            assert "data-stream=" not in page
+            with store.claim("talker"):  # another process carries it on: not its text either
+                assert _streamed(served.url, id="talker") == (200, {"live": True, "steps": {}})
+                assert "hello world" not in _request(served.url, "/run?id=talker")[2]
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("worker", ["workflow"], indirect=True)
 def test_a_run_streams_on_its_page_before_its_first_checkpoint(
     page: Page, tmp_path: Path, worker: tuple[str, subprocess.Popen[str]]
@@ -181,11 +206,10 @@ def _recorded(store: SQLiteStore, run_id: str) -> None:
     Workflow(steps).run_sync(checkpoint_fn=store, run_id=run_id)
 
 
-def _holding(tmp_path: Path, texts: dict[tuple[str, str | None], tuple[int, str]]) -> Any:
-    """A database of run ``held`` (recorded), its inbox holding ``texts``; the store."""
+def _holding(tmp_path: Path) -> SQLiteStore:
+    """A database of run ``held`` (recorded); the store."""
     store = SQLiteStore(tmp_path / "runs.db")
     _recorded(store, "held")
-    store.inbox.put_streams("held", texts)
     return store
 
 
@@ -196,20 +220,25 @@ def _streamed(url: str, **query: str) -> tuple[int, Any]:
 
 
 def test_stream_reads_a_claimed_runs_own_steps_from_the_inbox(tmp_path: Path) -> None:
-    store = _holding(
-        tmp_path,
-        {
-            ("draft", None): (2, "the retry's text"),
-            ("a%2Fb", None): (1, "a step whose name holds a slash"),
-            ("map", "7"): (1, "item seven"),
-            ("map", "8"): (3, "item eight"),
-            ("sub/inner", None): (1, "a sub-workflow's step: on the sub-workflow's page"),
-        },
-    )
+    store = _holding(tmp_path)
+    texts: dict[tuple[str, str | None], tuple[int, str]] = {
+        ("draft", None): (2, "the retry's text"),
+        ("a%2Fb", None): (1, "a step whose name holds a slash"),
+        ("map", "7"): (1, "item seven"),
+        ("map", "8"): (3, "item eight"),
+        ("sub/inner", None): (1, "a sub-workflow's step: on the sub-workflow's page"),
+    }
     try:
         with flows.serving(f"sqlite:///{tmp_path / 'runs.db'}") as served:
+            store.inbox.put_streams("held", texts)  # as a process killed mid-step left it
             assert _streamed(served.url, id="held") == (200, {"live": False, "steps": {}})
-            with store.claim("held"):  # a live process carries it: its text shows
+            with store.claim("held"):  # a live process carries it now
+                # Written before its claim: the killed process's text, not the owner's.
+                assert _streamed(served.url, id="held") == (200, {"live": True, "steps": {}})
+                status, _, page = _request(served.url, "/run?id=held")
+                assert status == 200
+                assert 'pre class="streamed"' not in page
+                store.inbox.put_streams("held", texts)  # the owner streams: its text shows
                 assert _streamed(served.url, id="held") == (
                     200,
                     {
@@ -229,6 +258,7 @@ def test_stream_reads_a_claimed_runs_own_steps_from_the_inbox(tmp_path: Path) ->
                 status, _, page = _request(served.url, "/run?id=held")
                 assert status == 200
                 assert 'data-stream="/stream?id=held"' in page
+                assert '<pre class="streamed" data-stream-step="draft" data-attempt="2">' in page
             status, _, page = _request(served.url, "/run?id=held")
             assert status == 200
             assert "data-stream=" not in page  # nobody runs it: nothing to follow
@@ -247,18 +277,19 @@ def test_stream_of_a_run_the_location_does_not_hold_is_empty_and_not_live(
 
 
 def test_stream_of_a_sub_workflow_reads_its_own_steps(tmp_path: Path) -> None:
-    store = _holding(
-        tmp_path,
-        {
-            ("draft", None): (1, "the run's own"),
-            ("sub/inner", None): (1, "the child's"),
-            ("sub/7/inner", None): (2, "item seven's child"),
-            ("sub/7/deeper/x", "k"): (1, "a grandchild's item"),
-        },
-    )
+    store = _holding(tmp_path)
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     try:
         with flows.serving(url) as served, store.claim("held"):
+            store.inbox.put_streams(
+                "held",
+                {
+                    ("draft", None): (1, "the run's own"),
+                    ("sub/inner", None): (1, "the child's"),
+                    ("sub/7/inner", None): (2, "item seven's child"),
+                    ("sub/7/deeper/x", "k"): (1, "a grandchild's item"),
+                },
+            )
             asked = {
                 "sub": {"inner": {"attempt": 1, "text": "the child's"}},
                 "sub/7": {"inner": {"attempt": 2, "text": "item seven's child"}},
