@@ -15,8 +15,9 @@ standing still, so that the timeline's span stays within one rounded value):
   timeline row, the summary), or the whole main when more changed.
 
 It prints the page's size, and for each way the bytes per poll (median
-[min-max]) and the milliseconds the server took. The target: under 10 kB for
-one step finishing on a 1,000-step run.
+[min-max]) and the milliseconds the server took; then what the server keeps
+in memory to answer such polls (`Renders`, 256 renders of the page). The
+target: under 10 kB for one step finishing on a 1,000-step run.
 
 ::
 
@@ -32,6 +33,7 @@ import re
 import statistics
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,7 @@ from serve import served  # noqa: E402
 from executionkit import Step, Workflow, WorkflowCheckpoint, _clock  # noqa: E402
 from executionkit._cli._location import parse_location  # noqa: E402
 from executionkit._cli._serve import App  # noqa: E402
+from executionkit._cli._serve._parts import Renders  # noqa: E402
 from executionkit._cli._serve._runs import Source  # noqa: E402
 from executionkit.stores import SQLiteStore  # noqa: E402
 
@@ -102,8 +105,13 @@ def spread(values: list[float], digits: int = 1) -> str:
     )
 
 
-def measure(steps: int, polls: int, folder: Path) -> None:
-    """Save half the run, then one checkpoint a poll; print what each way fetched."""
+def measure(steps: int, polls: int, folder: Path, *, read_only: bool = False) -> None:
+    """Save half the run, then one checkpoint a poll; print what each way fetched.
+
+    ``read_only``: served without the workflow, as ``executionkit serve`` beside
+    workers is: the page knows only the steps recorded, so each poll brings a
+    new row, node and timeline row.
+    """
     kept: list[WorkflowCheckpoint] = []
     workflow = retried_chain(steps)
     workflow.run_sync(checkpoint_fn=kept.append, run_id="big")
@@ -112,10 +120,10 @@ def measure(steps: int, polls: int, folder: Path) -> None:
     half = len(kept) // 2
     for checkpoint in kept[:half]:
         store(checkpoint)
-    # Served with the workflow (``serve --workflow``): the page shows every step from the
-    # start. Without it, the page knows only the steps recorded: each adds a row and a
-    # node, and the polls send the main whole (the closing note of issue 35 says so).
-    app = App(Source(parse_location(f"sqlite:///{path}"), workflow), None, "bench:workflow")
+    # Served with the workflow (``serve --workflow``), the page shows every step from the
+    # start; without it (``read_only``), only the steps recorded: each adds its parts.
+    shown = None if read_only else workflow
+    app = App(Source(parse_location(f"sqlite:///{path}"), shown), None, "bench:workflow")
     # The run is claimed (running: the page follows it, its timeline drawn up to now) and
     # the server's clock stands still: a span that grows past 1, 2 or 5 times a power of
     # ten redraws every timeline row (a few times in a run's life), not what is measured.
@@ -147,6 +155,7 @@ def measure(steps: int, polls: int, folder: Path) -> None:
             body = fetch(address, "/run?id=big&live=1")
             whole_ms.append((time.perf_counter() - start) * 1000)
             whole.append(len(body) / 1000)
+        kept_bytes = renders_memory(str(app.run_page("big", None).main))
     store.close()
     print(f"run page of {steps:,} steps: {len(page) / 1000:,.1f} kB")
     print("| live poll after one step finished | kB per poll | server ms | polls sent whole |")
@@ -155,6 +164,19 @@ def measure(steps: int, polls: int, folder: Path) -> None:
     print(
         f"| what changed (since=V) | {spread(changed, 2)} | {spread(changed_ms)} | {sent_whole} |"
     )
+    print(f"the server's memory of 256 renders of this page: {kept_bytes / 1e6:.1f} MB")
+
+
+def renders_memory(main: str) -> int:
+    """Bytes `Renders` holds for 256 renders of ``main``, each a little different."""
+    renders = Renders()
+    tracemalloc.start()
+    try:
+        for number in range(256):
+            renders.remember(f"{main}<!--{number}-->")
+        return tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
 
 
 def main() -> None:
@@ -162,9 +184,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--polls", type=int, default=20)
+    parser.add_argument(
+        "--read-only", action="store_true", help="serve without the workflow, beside workers"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
-        measure(args.steps, args.polls, Path(folder))
+        measure(args.steps, args.polls, Path(folder), read_only=args.read_only)
 
 
 if __name__ == "__main__":

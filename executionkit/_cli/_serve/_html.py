@@ -642,7 +642,7 @@ def _steps_table(run: RunPage) -> Markup:
     return html(
         '<h2>Steps</h2><table class="steps"><thead><tr><th>step</th><th>kind</th>'
         "<th>status</th><th>attempts</th><th>duration</th><th>tokens</th><th>output</th>"
-        "<th>error</th></tr></thead><tbody>{}</tbody></table>"
+        '<th>error</th></tr></thead><tbody data-list="steps">{}</tbody></table>'
         '<p class="note">Tokens come from the ledger a checkpoint keeps (format 4: the '
         "attempts that reported usage, wasted ones included). Durations and attempts come "
         "from when each attempt ran (format 5: every attempt that ended, with or without "

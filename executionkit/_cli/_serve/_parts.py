@@ -15,6 +15,18 @@ main when the skeleton changed (a part came or went, a heading changed) or
 the version is unknown (evicted, or the server restarted). The page's
 script swaps the parts it gets in place (`serve.js`).
 
+A *list* is an element whose opening tag carries ``data-list="KEY"`` and
+whose content is elements only (the rows of the steps table, the graph's
+edges and nodes, the timeline's rows), parts or not. Its children may come,
+go or move without the whole main being sent: `Renders` keeps each list's
+children in order (a part by its key, any other child by a digest of its
+markup) and its opening tag, and answers the list's change as operations on
+its children as the page shows them: keep ``n``, delete ``n``, insert this
+markup (``difflib``'s matching blocks), with the attributes of its opening
+tag when they changed (the graph growing taller). A page served without the
+workflow gains a step's row, node and timeline row each time a step is
+recorded: that is a few kilobytes, not the page again.
+
 The main is the server's own markup (`_markup`): every name and text in it
 is escaped, so a tag's ``>`` and an attribute's ``"`` never appear inside a
 value, and a plain scan for tags is exact.
@@ -22,18 +34,27 @@ value, and a plain scan for tags is exact.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import re
+import sys
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from html import unescape
 from typing import Any
 
 __all__ = ["Renders", "split"]
 
 _OPENING = re.compile(r'<([a-z][a-z0-9]*)\b[^>]*?\sdata-part="([^"]*)"[^>]*>')
+_LIST = re.compile(r'<([a-z][a-z0-9]*)\b[^>]*?\sdata-list="([^"]*)"[^>]*>')
+# A list's next child in a skeleton: a part's marker, or an element's opening tag.
+_CHILD = re.compile(r"\s*(?:\x00([^\x00]*)\x00|<([a-zA-Z][a-zA-Z0-9]*)\b[^>]*?(/?)>)")
+_ATTRIBUTE = re.compile(r'\s([a-zA-Z_:][-a-zA-Z0-9_:.]*)="([^"]*)"')
 _TAGS: dict[str, re.Pattern[str]] = {}
 _KEEP = 256
+_ID = 8  # bytes of a part's and a list child's digest
+_KEY_SETS = 64  # part key tuples kept to share
 
 
 def _tag(name: str) -> re.Pattern[str]:
@@ -44,17 +65,23 @@ def _tag(name: str) -> re.Pattern[str]:
     return pattern
 
 
-def _end(text: str, start: int, name: str) -> int | None:
-    """Where the element named ``name`` opened just before ``start`` ends, or None."""
+def _closing(text: str, start: int, name: str) -> tuple[int, int] | None:
+    """Where the closing tag of the element ``name`` opened just before ``start`` is, or None."""
     depth = 1
     for found in _tag(name).finditer(text, start):
         if found.group(1):
             depth -= 1
             if depth == 0:
-                return found.end()
+                return found.start(), found.end()
         elif not found.group(2):
             depth += 1
     return None
+
+
+def _end(text: str, start: int, name: str) -> int | None:
+    """Where the element named ``name`` opened just before ``start`` ends, or None."""
+    closing = _closing(text, start, name)
+    return None if closing is None else closing[1]
 
 
 def split(main: str) -> tuple[str, dict[str, str]] | None:
@@ -83,6 +110,71 @@ def split(main: str) -> tuple[str, dict[str, str]] | None:
     return "".join(pieces), parts
 
 
+_Child = tuple[str | None, str]  # (a part's key as written, "") or (None, an element's markup)
+
+
+def _children(content: str) -> list[_Child] | None:
+    """The children of a list's content in a skeleton, in order; None if it holds text."""
+    children: list[_Child] = []
+    at = 0
+    while True:
+        found = _CHILD.match(content, at)
+        if found is None:
+            return None if content[at:].strip() else children
+        if found.group(1) is not None:
+            children.append((found.group(1), ""))
+            at = found.end()
+            continue
+        start = found.start(2) - 1
+        end = found.end() if found.group(3) else _end(content, found.end(), found.group(2))
+        if end is None:
+            return None
+        children.append((None, content[start:end]))
+        at = end
+
+
+_Lists = dict[str, tuple[str, list[_Child]]]  # by key: the opening tag, the children
+_Cut = tuple[str, dict[str, str], _Lists]
+
+
+def _cut(main: str) -> _Cut | None:
+    """The outline of ``main`` (its skeleton without the lists' content), its parts, its lists.
+
+    None when it has no part usable, or a list is not closed, holds text, or
+    its key appears twice: the page is then sent whole.
+    """
+    cut = split(main)
+    if cut is None:
+        return None
+    skeleton, parts = cut
+    lists: _Lists = {}
+    pieces: list[str] = []
+    at = 0
+    while True:
+        found = _LIST.search(skeleton, at)
+        if found is None:
+            break
+        closing = _closing(skeleton, found.end(), found.group(1))
+        key = unescape(found.group(2))
+        if closing is None or key in lists:
+            return None
+        children = _children(skeleton[found.end() : closing[0]])
+        if children is None:
+            return None
+        lists[key] = (found.group(0), children)
+        pieces += (skeleton[at : found.start()], "\x01", found.group(2), "\x01")
+        at = closing[1]
+    pieces.append(skeleton[at:])
+    return "".join(pieces), parts, lists
+
+
+def _child_id(child: _Child) -> bytes:
+    """Who a list's child is: a part by its key (its content may change), else its markup."""
+    key, markup = child
+    text = "p" + key if key is not None else "e" + markup
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=_ID).digest()
+
+
 def _digest(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).digest()
 
@@ -96,8 +188,11 @@ class Renders:
     """The renders pages showed lately, to tell each page what changed since its own.
 
     Shared by the server's threads (a lock guards it); it keeps the last 256
-    renders, each a digest of its skeleton and one per part (12 bytes each):
-    a few megabytes at most for pages of 1,000 steps.
+    renders, each as digests packed in bytes (8 bytes a part, 8 a list's
+    child) beside the tuple of its part keys, shared by the renders that have
+    the same keys: about 60 kB a render of a 1,000-step page, 15 MB for 256
+    (`benchmarks/live_updates.py` prints it; a dict of digests by key took
+    115 MB).
     """
 
     def __init__(self, keep: int = _KEEP) -> None:
@@ -105,6 +200,20 @@ class Renders:
         self._keep = keep
         self._lock = threading.Lock()
         self._seen: OrderedDict[str, _Marks | None] = OrderedDict()
+        # The key tuples of recent renders, so that renders of one page share theirs.
+        self._keys: OrderedDict[tuple[str, ...], tuple[str, ...]] = OrderedDict()
+
+    def _marks(self, cut: _Cut | None) -> _Marks | None:
+        """The marks of a cut main, its part keys shared with a recent render's if equal."""
+        if cut is None:
+            return None
+        keys = tuple(sys.intern(key) for key in cut[1])
+        with self._lock:
+            shared = self._keys.setdefault(keys, keys)
+            self._keys.move_to_end(keys)
+            while len(self._keys) > _KEY_SETS:
+                self._keys.popitem(last=False)
+        return _marks(cut, shared)
 
     def remember(self, main: str) -> str:
         """Note a render a page is about to show; return its version."""
@@ -114,33 +223,58 @@ class Renders:
         if known:
             self._touch(version)
         else:
-            self._keep_marks(version, _marks(split(main)))
+            self._keep_marks(version, self._marks(_cut(main)))
         return version
 
     def since(self, main: str, known: str | None) -> dict[str, Any]:
         """What a page showing version ``known`` needs to show ``main``.
 
         ``{"v": version}`` alone when nothing changed, with ``"parts"`` (key to
-        the part's markup) when only parts changed, else with ``"html"``, the
-        whole main.
+        the part's markup) and ``"lists"`` (key to ``{"ops": [...]}`` and the
+        opening tag's ``"attrs"`` when they changed) when only parts and lists'
+        children changed, else with ``"html"``, the whole main.
         """
         version = version_of(main)
         if known == version:
             self._touch(version)
             return {"v": version}
-        cut = split(main)
-        now = _marks(cut)
+        cut = _cut(main)
+        now = self._marks(cut)
         self._keep_marks(version, now)
         with self._lock:
             before = self._seen.get(known) if known else None
-        if cut is None or now is None or before is None or before[0] != now[0]:
+        if (
+            cut is None
+            or now is None
+            or before is None
+            or before.outline != now.outline
+            or before.lists.keys() != now.lists.keys()
+        ):
             return {"v": version, "html": main}
         parts = cut[1]
-        old = before[1]
-        return {
+        lists: dict[str, dict[str, Any]] = {}
+        inserted: set[str] = set()  # parts sent inside a list's insertion
+        for key, (opening, children) in cut[2].items():
+            was, is_now = before.lists[key], now.lists[key]
+            change = _list_change(was, is_now, children, parts, inserted)
+            if change:
+                if was[0] != is_now[0]:
+                    change["attrs"] = {
+                        name: unescape(value) for name, value in _ATTRIBUTE.findall(opening)
+                    }
+                lists[key] = change
+        old = before.by_key()
+        answer: dict[str, Any] = {
             "v": version,
-            "parts": {key: parts[key] for key, mark in now[1].items() if old.get(key) != mark},
+            "parts": {
+                key: parts[key]
+                for key, mark in now.by_key().items()
+                if old.get(key) != mark and key not in inserted
+            },
         }
+        if lists:
+            answer["lists"] = lists
+        return answer
 
     def _touch(self, version: str) -> None:
         with self._lock:
@@ -155,12 +289,75 @@ class Renders:
                 self._seen.popitem(last=False)
 
 
-_Marks = tuple[bytes, dict[str, bytes]]
+@dataclass(frozen=True, slots=True)
+class _Marks:
+    """The digests of a render: its outline's, each part's, each list's.
+
+    ``digests`` packs the parts' digests (`_ID` bytes each) in the order of
+    ``keys``; ``lists`` holds each list's opening tag's digest and its
+    children's ids (`_child_id`, packed).
+    """
+
+    outline: bytes
+    keys: tuple[str, ...]
+    digests: bytes
+    lists: dict[str, tuple[bytes, bytes]]
+
+    def by_key(self) -> dict[str, bytes]:
+        """Each part's digest by its key."""
+        return {key: self.digests[n * _ID : (n + 1) * _ID] for n, key in enumerate(self.keys)}
 
 
-def _marks(cut: tuple[str, dict[str, str]] | None) -> _Marks | None:
-    """The digests of a split main: its skeleton's, and each part's by key."""
-    if cut is None:
-        return None
-    skeleton, parts = cut
-    return _digest(skeleton), {key: _digest(part) for key, part in parts.items()}
+def _marks(cut: _Cut, keys: tuple[str, ...]) -> _Marks:
+    """The digests of a cut main, its parts' keys being ``keys`` (in their order)."""
+    outline, parts, lists = cut
+    return _Marks(
+        _digest(outline),
+        keys,
+        b"".join(_digest(part)[:_ID] for part in parts.values()),
+        {
+            key: (_digest(opening)[:_ID], b"".join(map(_child_id, children)))
+            for key, (opening, children) in lists.items()
+        },
+    )
+
+
+def _list_change(
+    before: tuple[bytes, bytes],
+    now: tuple[bytes, bytes],
+    children: list[_Child],
+    parts: dict[str, str],
+    inserted: set[str],
+) -> dict[str, Any]:
+    """A list's change since ``before``: ``{"ops": [...]}`` if its children changed.
+
+    The operations run over the children the page shows, in order: ``["k", n]``
+    keeps ``n``, ``["d", n]`` deletes ``n``, ``["i", markup]`` inserts the
+    markup of new children (a part's whole markup: its key goes in ``inserted``).
+    Every child kept when only the opening tag changed (its ``"attrs"`` are
+    the caller's); empty when nothing changed.
+    """
+    if before == now:
+        return {}
+    if before[1] == now[1]:
+        return {"ops": [["k", len(children)]]}
+    old = [before[1][at : at + _ID] for at in range(0, len(before[1]), _ID)]
+    new = [now[1][at : at + _ID] for at in range(0, len(now[1]), _ID)]
+    ops: list[list[Any]] = []
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    for tag, first, last, start, end in matcher.get_opcodes():
+        if tag == "equal":
+            ops.append(["k", last - first])
+            continue
+        if last > first:
+            ops.append(["d", last - first])
+        if end > start:
+            markup = []
+            for key, element in children[start:end]:
+                if key is None:
+                    markup.append(element)
+                else:
+                    inserted.add(unescape(key))
+                    markup.append(parts[unescape(key)])
+            ops.append(["i", "".join(markup)])
+    return {"ops": ops}

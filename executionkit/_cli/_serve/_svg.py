@@ -62,8 +62,8 @@ def graph_svg(steps: Sequence[StepView]) -> Markup:
     height = 2 * _MARGIN + len(rows) * (_HEIGHT + _GAP_Y) - _GAP_Y
     parts = [
         html(
-            '<svg class="graph" xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" '
-            'viewBox="0 0 {} {}" role="img" '
+            '<svg class="graph" data-list="graph" xmlns="http://www.w3.org/2000/svg" '
+            'width="{}" height="{}" viewBox="0 0 {} {}" role="img" '
             'aria-label="the steps of the run and their dependencies">',
             width,
             height,

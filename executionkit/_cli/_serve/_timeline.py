@@ -174,7 +174,7 @@ def timeline(
         )
     ticks = 4 if str(scale.span)[0] == "2" else 5
     return html(
-        '{}<div class="timeline tl-ticks-{}">{}{}{}</div>',
+        '{}<div class="timeline tl-ticks-{}" data-list="timeline">{}{}{}</div>',
         heading,
         ticks,
         _legend(),

@@ -121,3 +121,77 @@ def fresh_html(main_html: str, key: str) -> str:
     assert cut is not None
     part = cut[1][key]
     return part[part.index(">") + 1 : part.rindex("<")]
+
+
+def test_without_the_workflow_each_step_recorded_comes_as_list_changes(
+    page: Page, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server without --workflow knows the steps recorded only: each adds a row, a node, an
+    edge and a timeline row, sent as changes to the page's lists, not the page again."""
+    still = time.time()
+    monkeypatch.setattr(_clock, "wall", lambda: still)
+    path = tmp_path / "runs.db"
+    store = SQLiteStore(path)
+    responses: list[Response] = []
+
+    def seen(response: Response) -> None:
+        if "live=1" in response.url:
+            responses.append(response)
+
+    running = flows.Background(flows.gated_chain(STEPS), store, "chain")
+    try:
+        for number in range(1, 150):  # half the chain recorded: a big page to follow
+            assert flows.begun(f"g{number}").wait(flows.GATE_WAIT)
+            flows.gate(f"g{number}").set()
+        assert flows.begun("g150").wait(flows.GATE_WAIT)
+        with flows.serving(f"sqlite:///{path}") as served:  # no workflow: it runs nothing
+            page.on("response", seen)
+            page.goto(f"{served.url}run?id=chain")
+            expect(page.locator('tr[data-step="g149"] .status')).to_have_text("done")
+            expect(page.locator('tr[data-step="g150"]')).to_have_count(0)
+            full = len(page.content())
+            for number in range(150, 153):
+                responses.clear()
+                flows.gate(f"g{number}").set()
+                assert flows.begun(f"g{number + 1}").wait(flows.GATE_WAIT)
+                expect(page.locator(f'tr[data-step="g{number}"] .status')).to_have_text(
+                    "done", timeout=WAIT
+                )
+                expect(page.locator(f'g[data-part="node:g{number}"]')).to_have_count(1)
+                fetched = [
+                    {"size": len(r.body()), "state": json.loads(r.body())} for r in responses
+                ]
+                assert all("html" not in poll["state"] for poll in fetched), "sent whole"
+                assert any("lists" in poll["state"] for poll in fetched), fetched
+                assert max(poll["size"] for poll in fetched) < 10_000, fetched
+            assert full > 100_000
+            # What the page shows after its changes is what a fresh load shows.
+            shown = page.locator("main").inner_html()
+            fresh = page.context.new_page()
+            try:
+                fresh.goto(f"{served.url}run?id=chain")
+                again = fresh.locator("main").inner_html()
+            finally:
+                fresh.close()
+            assert _parts_of(shown) == _parts_of(again)
+            assert shown.count('class="edge"') == again.count('class="edge"') == 152
+            graph = 'svg[data-list="graph"]'
+            for name in ("height", "viewBox", "width"):
+                assert page.locator(graph).get_attribute(name) == _attribute(again, name), name
+            for key in ("step:g151", "step:g152", "node:g152", "timeline:g152", "facts"):
+                selector = f'[data-part="{key}"]'
+                assert page.locator(selector).inner_html() == fresh_html(again, key), key
+    finally:
+        flows.release_all()
+        running.join()
+    assert running.error is None
+    store.close()
+
+
+def _attribute(main_html: str, name: str) -> str:
+    """An attribute of the graph's svg in a main, as the browser serialises it."""
+    import re  # noqa: PLC0415 - the one use
+
+    found = re.search(rf'<svg class="graph"[^>]*?\s{name}="([^"]*)"', main_html)
+    assert found is not None, name
+    return found.group(1)

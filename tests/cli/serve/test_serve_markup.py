@@ -93,6 +93,7 @@ ATTRIBUTES = frozenset(  # every attribute it writes (the parser lowers ``viewBo
     | {"datetime", "title"}  # a time's ISO text (issue 35)
     | {"data-part", "x1", "y1", "x2", "y2", "text-anchor", "fill", "aria-hidden"}  # the timeline
     | {"patternunits", "patterntransform"}  # its hatching (the parser lowers both)
+    | {"data-list"}  # the lists live updates change child by child
 )
 ASSET_SCRIPT = ("script", [("src", "/assets/serve.js"), ("defer", None)])
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import re
 import threading
-from html import unescape
+from html import escape, unescape
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from executionkit._cli._serve._markup import html, join
-from executionkit._cli._serve._parts import Renders, split, version_of
+from executionkit._cli._serve._parts import Renders, _children, _closing, split, version_of
 
 
 def rebuilt(skeleton: str, parts: dict[str, str]) -> str:
@@ -156,3 +158,140 @@ def test_any_page_of_escaped_parts_rebuilds_from_its_skeleton_and_parts(
     skeleton, parts = cut
     assert list(parts) == [key for key, _text, _wrapped in rows]
     assert rebuilt(skeleton, parts) == main
+
+
+# --- lists: children that come, go or move ------------------------------------------------
+
+
+def listed(rows: dict[str, str], edges: list[str], title: str = "Run") -> str:
+    """A page with two lists: table rows (parts), and an SVG of edges (not parts) and nodes."""
+    body = "".join(
+        str(html('<tr data-part="step:{}"><td>{}</td><td>{}</td></tr>', key, key, value))
+        for key, value in rows.items()
+    )
+    drawn = "".join(html('<path d="{}"/>', edge) for edge in edges)
+    nodes = "".join(
+        str(html('<g data-part="node:{}"><text>{}</text></g>', key, key)) for key in rows
+    )
+    return (
+        f'<h1>{title}</h1><table><tbody data-list="steps">{body}</tbody></table>'
+        f'<div class="box"><svg data-list="graph" height="{len(rows) * 10}" role="img">'
+        f"{drawn}{nodes}</svg></div>"
+    )
+
+
+def applied(old: str, answer: dict[str, Any]) -> str:
+    """What the page's script makes of the main ``old`` with ``answer`` (serve.js, in Python)."""
+    if "html" in answer:
+        return str(answer["html"])
+    text = old
+    for key, change in answer.get("lists", {}).items():
+        found = re.search(rf'<([a-z]+)\b[^>]*?\sdata-list="{re.escape(escape(key))}"[^>]*>', text)
+        assert found is not None, key
+        closing = _closing(text, found.end(), found.group(1))
+        assert closing is not None
+        children = _children(text[found.end() : closing[0]])
+        assert children is not None
+        shown: list[str] = []
+        at = 0
+        for kind, value in change["ops"]:
+            if kind == "k":
+                shown += [markup for _key, markup in children[at : at + value]]
+                at += value
+            elif kind == "d":
+                at += value
+            else:
+                shown.append(value)
+        assert at == len(children), change
+        opening = found.group(0)
+        if "attrs" in change:
+            written = " ".join(f'{name}="{escape(v)}"' for name, v in change["attrs"].items())
+            opening = f"<{found.group(1)} {written}>"
+        text = text[: found.start()] + opening + "".join(shown) + text[closing[0] :]
+    for key, markup in answer.get("parts", {}).items():
+        cut = split(text)
+        assert cut is not None
+        assert key in cut[1], key
+        text = text.replace(cut[1][key], markup, 1)
+    return text
+
+
+def test_a_row_added_to_a_list_is_sent_alone_with_its_node_and_edge() -> None:
+    renders = Renders()
+    rows = {f"s{n}": "done" for n in range(500)}
+    edges = [f"M{n}" for n in range(499)]
+    first = listed(rows, edges)
+    version = renders.remember(first)
+    rows["s499"] = "running"
+    rows["s500"] = "running"
+    edges.append("M499")
+    second = listed(rows, edges)
+    answer = renders.since(second, version)
+    assert "html" not in answer
+    assert answer["parts"] == {"step:s499": rows_part("s499", "running")}
+    assert answer["lists"] == {
+        "steps": {"ops": [["k", 500], ["i", rows_part("s500", "running")]]},
+        "graph": {
+            "ops": [
+                ["k", 499],
+                ["i", '<path d="M499"/>'],
+                ["k", 500],
+                ["i", '<g data-part="node:s500"><text>s500</text></g>'],
+            ],
+            "attrs": {"data-list": "graph", "height": "5010", "role": "img"},
+        },
+    }
+    assert len(str(answer)) < 600
+    assert applied(first, answer) == second
+
+
+def test_rows_deleted_or_moved_and_an_edge_changed_are_list_operations() -> None:
+    renders = Renders()
+    first = listed({"a": "1", "b": "2", "c": "3"}, ["ab", "bc"])
+    version = renders.remember(first)
+    second = listed({"c": "3", "a": "1"}, ["ca"])
+    answer = renders.since(second, version)
+    assert "html" not in answer
+    assert answer["lists"]["steps"]["ops"] == [
+        ["i", rows_part("c", "3")],
+        ["k", 1],
+        ["d", 2],
+    ]
+    assert applied(first, answer) == second
+
+
+def test_text_in_a_list_or_a_list_s_outline_changing_sends_the_main_whole() -> None:
+    renders = Renders()
+    first = listed({"a": "1"}, [])
+    version = renders.remember(first)
+    texty = first.replace('<tbody data-list="steps">', '<tbody data-list="steps">loose text')
+    assert renders.since(texty, version)["html"] == texty
+    retitled = listed({"a": "1"}, [], "Run 2")
+    assert renders.since(retitled, version)["html"] == retitled
+    unclosed = '<div data-list="x"><p data-part="p">1</p>'
+    assert Renders().since(unclosed, None)["html"] == unclosed
+    twice = '<ul data-list="x"><li data-part="a">1</li></ul><ul data-list="x"></ul>'
+    known = renders.remember('<ul data-list="x"><li data-part="a">0</li></ul>')
+    assert renders.since(twice, known)["html"] == twice
+
+
+keys = st.text(alphabet="abcdefgh<&\"'/", min_size=1, max_size=4)
+
+
+@given(
+    st.dictionaries(keys, names, max_size=8),
+    st.dictionaries(keys, names, max_size=8),
+    st.lists(names, max_size=5),
+    st.lists(names, max_size=5),
+)
+def test_any_change_of_lists_and_parts_rebuilds_the_new_main_from_the_old(
+    old_rows: dict[str, str], new_rows: dict[str, str], old_edges: list[str], new_edges: list[str]
+) -> None:
+    """Applied as the page's script applies it, an answer turns the old main into the new one."""
+    old = listed(old_rows, old_edges)
+    new = listed(new_rows, new_edges)
+    renders = Renders()
+    answer = renders.since(new, renders.remember(old))
+    assert applied(old, answer) == new
+    if old_rows and new_rows:  # parts on both sides, the outline the same: never whole
+        assert "html" not in answer

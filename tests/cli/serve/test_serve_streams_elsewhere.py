@@ -155,12 +155,13 @@ def test_the_text_a_killed_worker_left_is_never_shown(
     location, process = worker
     store = SQLiteStore(tmp_path / "runs.db")
     try:
-        _until_streaming(store, "talker")
+        first = {("talk", None): (1, "attempt 1: hello world")}
+        _until(lambda: store.inbox.streams("talker") == first, "the first attempt's whole text")
         with flows.serving(location) as served:
             assert _streamed(served.url, id="talker")[1]["live"] is True
             process.kill()
             process.wait(timeout=60)
-            assert store.inbox.streams("talker") == {("talk", None): (1, "attempt 1: hello world")}
+            assert store.inbox.streams("talker") == first  # left in the store
             assert _streamed(served.url, id="talker") == (200, {"live": False, "steps": {}})
             status, _, page = _request(served.url, "/run?id=talker")
             assert status == 200

@@ -1,8 +1,9 @@
 // executionkit serve: follow a page that changes while a run goes on.
 // The server renders and escapes everything; this only swaps in what changed
 // every half second while the server says the page is live: the parts of the
-// main (elements with data-part) that differ from the render on screen, or the
-// whole main when more changed, and the header (which counts the questions).
+// main (elements with data-part) that differ from the render on screen, the
+// children that came, went or moved in its lists (data-list), or the whole main
+// when more changed, and the header (which counts the questions).
 "use strict";
 
 (function () {
@@ -62,6 +63,71 @@
     return true;
   }
 
+  // Apply what changed in each list (data-list): its children kept ("k", n), deleted
+  // ("d", n) and inserted ("i", markup), in order, and its opening tag's attributes;
+  // false when a list is missing or the operations do not fit it (ask for all).
+  function applyLists(lists) {
+    const found = new Map();
+    for (const element of main.querySelectorAll("[data-list]")) {
+      if (!found.has(element.dataset.list)) {
+        found.set(element.dataset.list, element);
+      }
+    }
+    const opened = openedIn(main);
+    const fresh = [];
+    for (const [key, change] of Object.entries(lists)) {
+      const list = found.get(key);
+      if (!list) {
+        return false;
+      }
+      const children = Array.from(list.children);
+      let at = 0;
+      for (const [kind, value] of change.ops || []) {
+        if (kind === "k") {
+          at += value;
+        } else if (kind === "d") {
+          for (let n = 0; n < value; n += 1) {
+            if (at >= children.length) {
+              return false;
+            }
+            children[at].remove();
+            at += 1;
+          }
+        } else {
+          const next = at < children.length ? children[at] : null;
+          const before = next ? next.previousElementSibling : list.lastElementChild;
+          if (next) {
+            next.insertAdjacentHTML("beforebegin", value);
+          } else {
+            list.insertAdjacentHTML("beforeend", value);
+          }
+          let added = before ? before.nextElementSibling : list.firstElementChild;
+          while (added && added !== next) {
+            fresh.push(added, ...added.querySelectorAll("[data-part]"));
+            added = added.nextElementSibling;
+          }
+        }
+      }
+      if (change.ops && at !== children.length) {
+        return false;
+      }
+      if (change.attrs) {
+        for (const name of list.getAttributeNames()) {
+          if (!(name in change.attrs)) {
+            list.removeAttribute(name);
+          }
+        }
+        for (const [name, value] of Object.entries(change.attrs)) {
+          if (list.getAttribute(name) !== value) {
+            list.setAttribute(name, value);
+          }
+        }
+      }
+    }
+    reopen(fresh, opened);
+    return true;
+  }
+
   async function poll() {
     let state;
     try {
@@ -81,8 +147,11 @@
       main.innerHTML = state.html;
       reopen(main.querySelectorAll("[data-part]"), opened);
       version = state.v || "";
-    } else if (state.parts && !swapParts(state.parts)) {
-      version = "";  // a part was missing: the next poll asks for the whole main
+    } else if (
+      (state.lists && !applyLists(state.lists)) ||
+      (state.parts && !swapParts(state.parts))
+    ) {
+      version = "";  // a list or a part was missing: the next poll asks for the whole main
     } else {
       version = state.v || "";
     }
