@@ -10,6 +10,8 @@ answers it. `compare_main` shows two runs side by side (``GET /compare``).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -66,18 +68,17 @@ def questions_main(
         if saves
         else "an answer given here resumes its run in this server"
     )
-    parts = [
-        html(
-            "<h1>Questions waiting</h1><p>{}, the oldest asked first; {}.</p>",
-            f"{count:,} question{'' if count == 1 else 's'} waiting for an answer",
-            what,
-        )
-    ]
-    for number, question in enumerate(questions):
+    sections = []
+    for question in questions:
         saved = answers.get(question.run_id, {})
-        parts.append(
+        # Named by its run and path, not its place: a question dropping off live leaves
+        # the others' elements (and what a person is typing into them) as they are.
+        key = json.dumps([question.run_id, question.path])
+        sections.append(
             html(
-                '<section class="ask inbox-question"><h3>{} · {}</h3>{}{}{}</section>',
+                '<section class="ask inbox-question" data-part="question:{}"><h3>{} · {}</h3>'
+                "{}{}{}</section>",
+                key,
                 run_link(question.run_id, breakable(question.run_id)),
                 question.path,
                 question_body(question.entry),
@@ -86,14 +87,20 @@ def questions_main(
                     token,
                     question.run_id,
                     question.path,
-                    f"answer-{number}",
+                    "answer-" + hashlib.blake2b(key.encode(), digest_size=8).hexdigest(),
                     saves=saves,
                     replaces=question.path in saved,
                     back="questions",
                 ),
             )
         )
-    return join(parts)
+    return html(
+        '<h1>Questions waiting</h1><p data-part="questions-count">{}, the oldest asked first; '
+        '{}.</p><div class="inbox-questions" data-list="questions">{}</div>',
+        f"{count:,} question{'' if count == 1 else 's'} waiting for an answer",
+        what,
+        join(sections),
+    )
 
 
 def lineage_box(

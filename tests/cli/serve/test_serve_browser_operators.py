@@ -9,6 +9,7 @@ its own.
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -95,6 +96,39 @@ def test_the_inbox_answers_two_runs_and_follows_the_rest(page: Page, tmp_path: P
         checkpoint = store.load(run_id)
         assert checkpoint is not None
         assert checkpoint.outputs["approve"] == answer
+    store.close()
+
+
+def test_a_question_answered_elsewhere_drops_off_and_leaves_what_is_typed_in_the_others(
+    page: Page, tmp_path: Path
+) -> None:
+    """The inbox is a list: one question going is one deletion, not the page again, so the
+    text a person is typing into another question's field stays."""
+    store = SQLiteStore(tmp_path / "runs.db")
+    for run_id in ("alpha", "beta", "gamma"):
+        _aside(lambda run_id=run_id: _waiting(store, run_id))
+    polls: list[Any] = []
+    page.on(
+        "response", lambda response: polls.append(response) if "live=1" in response.url else None
+    )
+    with flows.serving(f"sqlite:///{tmp_path / 'runs.db'}") as serving:  # saves for a worker
+        page.goto(f"{serving.url}questions")
+        questions = page.locator("section.inbox-question")
+        expect(questions).to_have_count(3)
+        gamma = questions.filter(has=page.get_by_role("link", name="gamma", exact=True))
+        gamma.get_by_label("approve").fill("half-typed")
+        polls.clear()
+        _aside(lambda: _answered(store, "beta", "no"))  # a worker resumed it elsewhere
+        expect(questions).to_have_count(2, timeout=WAIT)
+        expect(page.locator("main")).to_contain_text("2 questions waiting for an answer")
+        expect(gamma.get_by_label("approve")).to_have_value("half-typed")
+        states = [json.loads(response.body()) for response in polls]
+        assert all("html" not in state for state in states), "sent whole"
+        assert any(
+            state.get("lists", {}).get("questions", {}).get("ops")
+            == [["k", 1], ["d", 1], ["k", 1]]
+            for state in states
+        ), states
     store.close()
 
 
