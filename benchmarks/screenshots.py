@@ -15,7 +15,10 @@ playwright, one PNG per page into ``docs/images/`` (or ``--out``):
   timeline;
 - ``serve-questions.png``: the inbox of every waiting question;
 - ``serve-compare.png``: the fork compared with its parent;
-- ``serve-filter.png``: the runs page filtered to the failed runs.
+- ``serve-filter.png``: the runs page filtered to the failed runs;
+- ``serve-stream.png``: a run another process is running, its step's text
+  streaming into the page (the claim and the text written here, as a worker's
+  `StreamPublisher` writes them).
 
 Look at each before a release: the docs show them. ::
 
@@ -145,7 +148,30 @@ def build(folder: Path) -> str:
     flow.submit(store, run_id="report-submitted")
     store.inbox.leave_alone("report-old", "it needs the inputs 'document', which were not stored")
     flow.run_sync(checkpoint_fn=store, run_id="report-old")
+    started: list[Any] = []
+    flow.run_sync(checkpoint_fn=started.append, run_id="report-streaming")
+    store(started[0])  # its first step recorded: the summary is what streams
     return f"sqlite:///{folder}/runs.db"
+
+
+STREAMED = (
+    "Revenue grew 12% over the quarter, driven by the new enterprise tier; costs rose "
+    "3%, mostly hosting. Churn fell to"
+)
+
+
+@contextlib.contextmanager
+def streaming(location: str) -> Any:
+    """Run ``report-streaming`` as a worker would: claimed, its summary streaming."""
+    store = SQLiteStore(Path(location.removeprefix("sqlite:///")))
+    try:
+        with store.claim("report-streaming"):
+            store.inbox.put_streams(
+                "report-streaming", {("summarize_findings", None): (2, STREAMED)}
+            )
+            yield
+    finally:
+        store.close()
 
 
 def shoot(location: str, out: Path) -> list[Path]:
@@ -160,15 +186,18 @@ def shoot(location: str, out: Path) -> list[Path]:
         "serve-questions.png": "questions",
         "serve-compare.png": "compare?a=report-approved&b=report-fixed",
         "serve-filter.png": "?status=failed",
+        "serve-stream.png": "run?id=report-streaming",
     }
     saved = []
-    with served(app) as server, sync_playwright() as playwright:
+    with streaming(location), served(app) as server, sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
         )
         page = browser.new_page(viewport={"width": 1280, "height": 800})
         for name, path in pages.items():
             page.goto(f"{server.url}{path}")
+            if name == "serve-stream.png":
+                page.locator("pre.streamed").wait_for()
             target = out / name
             page.screenshot(path=str(target), full_page=True)
             saved.append(target)

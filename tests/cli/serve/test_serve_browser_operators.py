@@ -9,6 +9,7 @@ its own.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from typing import TYPE_CHECKING, Any
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
 
-    from playwright.sync_api import Page
+    from playwright.sync_api import Page, Response
 
 
 def _aside(work: Callable[[], Any]) -> Any:
@@ -102,15 +103,17 @@ def test_the_inbox_answers_two_runs_and_follows_the_rest(page: Page, tmp_path: P
 def test_a_question_answered_elsewhere_drops_off_and_leaves_what_is_typed_in_the_others(
     page: Page, tmp_path: Path
 ) -> None:
-    """The inbox is a list: one question going is one deletion, not the page again, so the
-    text a person is typing into another question's field stays."""
+    """One question going is one deletion, not the page again: typed text elsewhere stays."""
     store = SQLiteStore(tmp_path / "runs.db")
     for run_id in ("alpha", "beta", "gamma"):
-        _aside(lambda run_id=run_id: _waiting(store, run_id))
-    polls: list[Any] = []
-    page.on(
-        "response", lambda response: polls.append(response) if "live=1" in response.url else None
-    )
+        _aside(functools.partial(_waiting, store, run_id))
+    polls: list[Response] = []
+
+    def seen(response: Response) -> None:
+        if "live=1" in response.url:
+            polls.append(response)  # read once the page has changed (not in the handler)
+
+    page.on("response", seen)
     with flows.serving(f"sqlite:///{tmp_path / 'runs.db'}") as serving:  # saves for a worker
         page.goto(f"{serving.url}questions")
         questions = page.locator("section.inbox-question")
