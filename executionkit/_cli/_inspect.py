@@ -33,7 +33,7 @@ from executionkit._cli._step_times import duration_text, step_times
 from executionkit._cli._text import invocation, json_document, out, preview
 from executionkit._define._questions import waiting_in
 from executionkit._define._waits import waits_in
-from executionkit._terminal import one_line, show
+from executionkit._terminal import json_text, one_line, show
 
 if TYPE_CHECKING:
     import argparse
@@ -70,7 +70,7 @@ def inspect_command(args: argparse.Namespace) -> int:
     if prices is not None:
         summary["dollars"] = dollars(checkpoint.spending.priced(prices))
     if location.reports_owners():  # else no line at all: "nobody" would be a guess
-        summary["claimed_by"] = _claimed_by(location)
+        summary.update(_claim_fields(location, checkpoint, latest=args.seq is None))
     if not args.json:
         out(describe_text(summary))
         return EXIT_OK
@@ -270,6 +270,55 @@ def _inbox_fields(location: Location, checkpoint: WorkflowCheckpoint) -> dict[st
     if answered:
         fields["answers_saved"] = answered
     return fields
+
+
+def _claim_fields(
+    location: Location, checkpoint: WorkflowCheckpoint, *, latest: bool
+) -> dict[str, Any]:
+    """``claimed_by``; ``streaming`` while the owner's steps stream (``latest``: the run now)."""
+    fields: dict[str, Any] = {"claimed_by": _claimed_by(location)}
+    if fields["claimed_by"] is not None and latest:
+        streaming = _streaming(location, checkpoint, fields["claimed_by"])
+        if streaming:
+            fields["streaming"] = streaming
+    return fields
+
+
+def _streaming(
+    location: Location, checkpoint: WorkflowCheckpoint, owner: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """The text the owner's running steps streamed so far (`StreamPublisher` keeps it).
+
+    Only what it wrote since it claimed the run (what a process killed
+    mid-step left is not its), by step path and item, each with its attempt.
+    """
+    from executionkit._owner import RunOwner  # noqa: PLC0415 - imports socket
+
+    claim = RunOwner.from_dict(owner)
+    run_id = location.run_id if isinstance(location, DatabaseLocation) else None
+    run_id = run_id if run_id is not None else checkpoint.run_id or ""
+    since = None if claim is None else claim.since
+    found = _read_inbox(location, lambda inbox: inbox.streams(run_id, since=since))
+    return [
+        {"step": path, "item": item, "attempt": attempt, "text": text}
+        for (path, item), (attempt, text) in sorted(
+            found.items(), key=lambda entry: (entry[0][0], entry[0][1] or "")
+        )
+    ]
+
+
+def _streaming_lines(streaming: list[Mapping[str, Any]]) -> list[str]:
+    """``talk, attempt 2: "...the last 100 characters"``, a line each."""
+    lines = []
+    for entry in streaming:
+        where = show(entry["step"]) + ("" if entry["item"] is None else f"[{show(entry['item'])}]")
+        text = entry["text"]
+        tail = text if len(text) <= _STREAM_TAIL else "..." + text[-_STREAM_TAIL:]
+        lines.append(f"{where}, attempt {entry['attempt']}: {one_line(json_text(tail))}")
+    return lines
+
+
+_STREAM_TAIL = 100  # characters of a streamed text shown
 
 
 def _submitted_only(location: Location, *, as_json: bool) -> bool:
@@ -508,8 +557,8 @@ def describe_text(summary: Mapping[str, Any]) -> str:
         if summary["unknown"]:
             names = ", ".join(map(show, summary["unknown"]))
             field("unknown", f"{names} (recorded, but not a step of the workflow)")
-    if summary.get("step_times"):
-        field("durations", *_duration_lines(summary["step_times"]))
+    for label, values in _timed_fields(summary):
+        field(label, *values)
     field("failed", *_failed_lines(summary))
     if summary["skipped"]:
         skips = summary["skipped"].items()
@@ -522,6 +571,16 @@ def describe_text(summary: Mapping[str, Any]) -> str:
     width = min(max((len(show(name)) for name in outputs), default=0), 24)
     lines.extend(f"  {show(name):<{width}}  {text}" for name, text in outputs.items())
     return "\n".join(lines)
+
+
+def _timed_fields(summary: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
+    """The ``durations`` and ``streaming`` fields, those with something to say."""
+    fields = []
+    if summary.get("step_times"):
+        fields.append(("durations", _duration_lines(summary["step_times"])))
+    if summary.get("streaming"):
+        fields.append(("streaming", _streaming_lines(summary["streaming"])))
+    return fields
 
 
 def _unfinished_fields(summary: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
