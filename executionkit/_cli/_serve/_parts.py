@@ -50,6 +50,7 @@ _OPENING = re.compile(r'<([a-z][a-z0-9]*)\b[^>]*?\sdata-part="([^"]*)"[^>]*>')
 _LIST = re.compile(r'<([a-z][a-z0-9]*)\b[^>]*?\sdata-list="([^"]*)"[^>]*>')
 # A list's next child in a skeleton: a part's marker, or an element's opening tag.
 _CHILD = re.compile(r"\s*(?:\x00([^\x00]*)\x00|<([a-zA-Z][a-zA-Z0-9]*)\b[^>]*?(/?)>)")
+_MARKER = re.compile("\x00([^\x00]*)\x00")  # a part's place in a skeleton
 _ATTRIBUTE = re.compile(r'\s([a-zA-Z_:][-a-zA-Z0-9_:.]*)="([^"]*)"')
 _TAGS: dict[str, re.Pattern[str]] = {}
 _KEEP = 256
@@ -344,6 +345,13 @@ def _list_change(
     old = [before[1][at : at + _ID] for at in range(0, len(before[1]), _ID)]
     new = [now[1][at : at + _ID] for at in range(0, len(now[1]), _ID)]
     ops: list[list[Any]] = []
+
+    def _inserted(written: str) -> str:
+        """The markup of the part whose key is ``written``; it goes with the insertion."""
+        key = unescape(written)
+        inserted.add(key)
+        return parts[key]
+
     matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
     for tag, first, last, start, end in matcher.get_opcodes():
         if tag == "equal":
@@ -354,10 +362,9 @@ def _list_change(
         if end > start:
             markup = []
             for key, element in children[start:end]:
-                if key is None:
-                    markup.append(element)
+                if key is None:  # an element, the parts inside it (if any) put back
+                    markup.append(_MARKER.sub(lambda found: _inserted(found[1]), element))
                 else:
-                    inserted.add(unescape(key))
-                    markup.append(parts[unescape(key)])
+                    markup.append(_inserted(key))
             ops.append(["i", "".join(markup)])
     return {"ops": ops}

@@ -295,3 +295,21 @@ def test_any_change_of_lists_and_parts_rebuilds_the_new_main_from_the_old(
     assert applied(old, answer) == new
     if old_rows and new_rows:  # parts on both sides, the outline the same: never whole
         assert "html" not in answer
+
+
+def test_an_element_holding_a_part_is_inserted_with_the_part_whole() -> None:
+    def wrapped(items: list[tuple[str, str]]) -> str:
+        boxes = "".join(f'<li class="w"><span data-part="{k}">{v}</span></li>' for k, v in items)
+        return f'<h1>t</h1><ul data-list="l">{boxes}</ul>'
+
+    renders = Renders()
+    old = wrapped([("a", "1")])
+    answer = renders.since(wrapped([("a", "1"), ("b", "2")]), renders.remember(old))
+    assert answer["lists"] == {
+        "l": {"ops": [["k", 1], ["i", '<li class="w"><span data-part="b">2</span></li>']]}
+    }
+    assert answer["parts"] == {}
+    assert applied(old, answer) == wrapped([("a", "1"), ("b", "2")])
+    # A part inside a kept element changes: the part alone, the list as it was.
+    later = renders.since(wrapped([("a", "9"), ("b", "2")]), answer["v"])
+    assert later == {"v": later["v"], "parts": {"a": '<span data-part="a">9</span>'}}
