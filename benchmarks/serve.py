@@ -116,6 +116,7 @@ def served(app: App) -> Iterator[Any]:
         server.shutdown()
         server.server_close()
         thread.join()
+        app.close()
 
 
 @contextlib.contextmanager

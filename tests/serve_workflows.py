@@ -295,6 +295,7 @@ class _Serving:
         finally:
             if self.app.resumer is not None:
                 self.app.resumer.stop()
+            self.app.close()
 
 
 def _publish_after_fifo(ctx: Mapping[str, Any]) -> str:

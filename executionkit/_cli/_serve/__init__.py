@@ -138,5 +138,6 @@ def _until_stopped(server: Server, app: App) -> int:
         server.server_close()
         if app.resumer is not None:
             app.resumer.stop()
+        app.close()
     say("interrupted; stopped serving" if code == EXIT_INTERRUPTED else "stopped serving")
     return code

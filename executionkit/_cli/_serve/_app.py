@@ -45,6 +45,7 @@ from executionkit._cli._serve._money import money
 from executionkit._cli._serve._pages import compare_main, lineage_box, money_box, questions_main
 from executionkit._cli._serve._parts import Renders
 from executionkit._cli._serve._runs import (
+    KeptStore,
     Unreadable,
     bill,
     child_checkpoint,
@@ -126,6 +127,12 @@ class App:
     refusals: Refusals = field(default_factory=Refusals)
     # The renders live pages show, so that a poll gets only the parts that changed.
     renders: Renders = field(default_factory=Renders)
+    # The store ``/stream`` reads, kept open for a PostgreSQL location.
+    kept: KeptStore = field(default_factory=KeptStore)
+
+    def close(self) -> None:
+        """Close what the server kept open (the server has stopped)."""
+        self.kept.close()
 
     @property
     def header(self) -> Markup:
@@ -298,7 +305,7 @@ class App:
         """
         if child is None and self.resumer is not None and self.resumer.busy(page_id):
             return {"live": True, "steps": self.tracker.streams(page_id)}
-        with self.source.reading() as reader:
+        with self.kept.reading(self.source) as reader:
             owner = reader.owner(page_id)
             if owner is None:
                 return {"live": False, "steps": {}}

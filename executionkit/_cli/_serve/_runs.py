@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from executionkit._cli._exits import CliError
 from executionkit._cli._location import (
+    DatabaseLocation,
     FileLocation,
     close_store,
     open_store,
@@ -237,6 +238,56 @@ class Reader:
             if type(exc).__module__.split(".")[0] not in {"sqlite3", "psycopg"}:
                 raise
             raise Unreadable(f"{self.location.label}: {error_text(exc)}") from None
+
+
+class KeptStore:
+    """One store a server keeps open for the request asked most often: ``/stream``.
+
+    A PostgreSQL location's only. A page following a streaming run asks ten
+    times a second; a connection each time would cost the database a backend
+    process each. One connection taken in turn (two short queries a request)
+    does not. Any other location opens a store per request, as every page
+    does: an SQLite store's connections are per thread, and a request's thread
+    ends with it.
+    """
+
+    def __init__(self) -> None:
+        """Nothing open yet: the first request opens it."""
+        self._lock = threading.Lock()
+        self._store: Any = None
+
+    @contextlib.contextmanager
+    def reading(self, source: Source) -> Iterator[Reader]:
+        """A `Reader` on the kept store (a PostgreSQL location's), else on a new one.
+
+        A read that fails closes the kept store: the next request opens it anew.
+        """
+        location = source.location
+        if not isinstance(location, DatabaseLocation) or location.scheme == "sqlite":
+            with source.reading() as reader:
+                yield reader
+            return
+        with self._lock:
+            if self._store is None:
+                try:
+                    self._store = source.open_store()
+                except CliError as exc:
+                    raise Unreadable(str(exc)) from None
+            try:
+                yield Reader(location, self._store)
+            except BaseException:
+                self._close()
+                raise
+
+    def close(self) -> None:
+        """Close the kept store, if open (the server stops)."""
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
+        store, self._store = self._store, None
+        if store is not None:
+            close_store(store)
 
 
 @dataclass

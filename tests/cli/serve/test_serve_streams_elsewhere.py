@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import uuid
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -27,7 +28,7 @@ from stream_flow import paged, workflow
 from test_serve import _request
 
 from executionkit import Step, Workflow
-from executionkit.stores import SQLiteStore
+from executionkit.stores import PostgresStore, SQLiteStore
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -201,7 +202,7 @@ def test_a_run_streams_on_its_page_before_its_first_checkpoint(
     assert process.poll() is None, process.stderr
 
 
-def _recorded(store: SQLiteStore, run_id: str) -> None:
+def _recorded(store: SQLiteStore | PostgresStore, run_id: str) -> None:
     """Store a finished run ``run_id`` of steps ``draft`` and ``a/b``, for a page to exist."""
     steps = [Step("draft", lambda _ctx: "text"), Step("a/b", lambda _ctx: "other")]
     Workflow(steps).run_sync(checkpoint_fn=store, run_id=run_id)
@@ -387,3 +388,31 @@ def test_a_run_one_server_resumes_streams_on_another_servers_pages(
 def _nested_output(store: SQLiteStore) -> object:
     checkpoint = store.load("nest")
     return None if checkpoint is None else checkpoint.outputs.get("nested")
+
+
+def test_stream_of_a_postgresql_location_reads_through_one_kept_connection(
+    pg_uri: str,
+) -> None:
+    """Ten requests a second per page: one store kept open, not a connection each."""
+    store = PostgresStore(pg_uri)
+    run_id = f"pg-held-{uuid.uuid4().hex[:8]}"
+    _recorded(store, run_id)
+    try:
+        with store.claim(run_id), flows.serving(pg_uri) as served:
+            store.inbox.put_streams(run_id, {("draft", None): (1, "the owner's")})
+            opened: list[object] = []
+            open_store = served.app.source.open_store
+
+            def counted(*, history: bool = False) -> object:
+                opened.append(history)
+                return open_store(history=history)
+
+            served.app.source.open_store = counted
+            for _ in range(20):
+                assert _streamed(served.url, id=run_id) == (
+                    200,
+                    {"live": True, "steps": {"draft": {"attempt": 1, "text": "the owner's"}}},
+                )
+            assert len(opened) == 1
+    finally:
+        store.close()
