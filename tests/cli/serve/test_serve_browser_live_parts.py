@@ -94,23 +94,34 @@ def test_a_step_finishing_sends_its_parts_only_and_the_page_matches_a_fresh_load
                 assert {f"step:g{number}", f"node:g{number}", f"step:g{number + 1}"} <= sent
                 assert max(poll["size"] for poll in fetched) < 10_000, fetched
             assert full > 200_000  # the page sent once is big: its polls are not
-            # What the page shows after its swaps is what a fresh load shows.
-            shown = page.locator("main").inner_html()
-            fresh = page.context.new_page()
-            try:
-                fresh.goto(f"{served.url}run?id=chain")
-                again = fresh.locator("main").inner_html()
-            finally:
-                fresh.close()
-            assert _parts_of(shown) == _parts_of(again)
-            for key in ("step:g1", "step:g3", "node:g2", "facts"):
-                selector = f'[data-part="{key}"]'
-                assert page.locator(selector).inner_html() == fresh_html(again, key), key
+            # What the page shows after its changes is what a fresh load shows.
+            _shown, again = _shown_and_fresh(page, f"{served.url}run?id=chain")
+            _same_parts(page, again, ("step:g1", "step:g3", "node:g2", "facts"))
     finally:
         flows.release_all()
         running.join()
     assert running.error is None
     store.close()
+
+
+def _shown_and_fresh(page: Page, url: str) -> tuple[str, str]:
+    """The main ``page`` shows, and the main a fresh load of ``url`` shows; same parts."""
+    shown = page.locator("main").inner_html()
+    fresh = page.context.new_page()
+    try:
+        fresh.goto(url)
+        again = fresh.locator("main").inner_html()
+    finally:
+        fresh.close()
+    assert _parts_of(shown) == _parts_of(again)
+    return shown, again
+
+
+def _same_parts(page: Page, again: str, keys: tuple[str, ...]) -> None:
+    """Each part of ``keys`` on ``page`` holds what it holds in the fresh main ``again``."""
+    for key in keys:
+        selector = f'[data-part="{key}"]'
+        assert page.locator(selector).inner_html() == fresh_html(again, key), key
 
 
 def fresh_html(main_html: str, key: str) -> str:
@@ -166,21 +177,14 @@ def test_without_the_workflow_each_step_recorded_comes_as_list_changes(
                 assert max(poll["size"] for poll in fetched) < 10_000, fetched
             assert full > 100_000
             # What the page shows after its changes is what a fresh load shows.
-            shown = page.locator("main").inner_html()
-            fresh = page.context.new_page()
-            try:
-                fresh.goto(f"{served.url}run?id=chain")
-                again = fresh.locator("main").inner_html()
-            finally:
-                fresh.close()
-            assert _parts_of(shown) == _parts_of(again)
+            shown, again = _shown_and_fresh(page, f"{served.url}run?id=chain")
             assert shown.count('class="edge"') == again.count('class="edge"') == 152
             graph = 'svg[data-list="graph"]'
             for name in ("height", "viewBox", "width"):
                 assert page.locator(graph).get_attribute(name) == _attribute(again, name), name
-            for key in ("step:g151", "step:g152", "node:g152", "timeline:g152", "facts"):
-                selector = f'[data-part="{key}"]'
-                assert page.locator(selector).inner_html() == fresh_html(again, key), key
+            _same_parts(
+                page, again, ("step:g151", "step:g152", "node:g152", "timeline:g152", "facts")
+            )
     finally:
         flows.release_all()
         running.join()
