@@ -249,10 +249,15 @@ def _submitted_text(entry: Mapping[str, Any]) -> str:
     return text
 
 
+def _shown_run(location: Location, checkpoint: WorkflowCheckpoint) -> str:
+    """The run shown: the one a database location names, else the checkpoint's."""
+    run_id = location.run_id if isinstance(location, DatabaseLocation) else None
+    return run_id if run_id is not None else checkpoint.run_id or ""
+
+
 def _inbox_fields(location: Location, checkpoint: WorkflowCheckpoint) -> dict[str, Any]:
     """What the inbox holds of the run shown: ``submitted``, ``left_alone``, ``answers_saved``."""
-    run_id = location.run_id if isinstance(location, DatabaseLocation) else None
-    run_id = run_id if run_id is not None else checkpoint.run_id or ""
+    run_id = _shown_run(location, checkpoint)
 
     def read(inbox: RunInbox) -> tuple[Submission | None, str | None, list[str]]:
         return (
@@ -295,8 +300,7 @@ def _streaming(
     from executionkit._owner import RunOwner  # noqa: PLC0415 - imports socket
 
     claim = RunOwner.from_dict(owner)
-    run_id = location.run_id if isinstance(location, DatabaseLocation) else None
-    run_id = run_id if run_id is not None else checkpoint.run_id or ""
+    run_id = _shown_run(location, checkpoint)
     since = None if claim is None else claim.since
     found = _read_inbox(location, lambda inbox: inbox.streams(run_id, since=since))
     return [

@@ -348,11 +348,9 @@ class App:
             raise LookupError(f"no sub-workflow {child!r} in progress in this run")
         status = self.source.status(reader, page_id, None)
         owner = reader.owner(page_id)
-        streamed = (
-            reader.streams(page_id, since=owner.since)
-            if status == "running" and owner is not None
-            else {}
-        )
+        streamed = RunEvents()
+        if status == "running" and owner is not None:
+            streamed.stream_from(reader.streams(page_id, since=owner.since))
         spec = self.workflow_spec or submission.metadata.get("workflow")
         inbox = InboxView(
             self._worker_command(None, spec),

@@ -321,8 +321,8 @@ class SubmittedPage:
     owner: str | None
     inbox: InboxView
     message: str | None = None  # why an answer posted to it was refused
-    # The text its running steps stream before its first checkpoint (`Reader.streams`).
-    streamed: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # The text its running steps stream before its first checkpoint (`RunEvents.stream_from`).
+    streamed: RunEvents | None = None
 
 
 def run_main(run: RunPage) -> Markup:
@@ -430,12 +430,10 @@ def _streaming_now(run: SubmittedPage) -> Markup:
     text by its row), so the text grows as on any run's page until the first
     checkpoint brings the whole page.
     """
-    if run.status != "running":
+    if run.status != "running" or run.streamed is None:
         return NOTHING
     rows = []
-    for name, entry in run.streamed.items():
-        own = (entry.get("attempt", 0), entry.get("text", ""))
-        items = {key: (it["attempt"], it["text"]) for key, it in entry.get("items", {}).items()}
+    for name, seen in run.streamed.steps.items():
         rows.append(
             html(
                 '<tr class="step-row" data-step="{}"><td class="step-name">{}</td><td>-</td>'
@@ -444,8 +442,8 @@ def _streaming_now(run: SubmittedPage) -> Markup:
                 name,
                 breakable(name),
                 status_word("running"),
-                entry.get("attempt", "-"),
-                _streamed_text(name, own, items),
+                seen.attempts or "-",
+                _streamed_text(name, (seen.streamed_attempt, seen.streamed), seen.items_streamed),
             )
         )
     return html(

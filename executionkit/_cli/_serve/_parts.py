@@ -53,6 +53,7 @@ _CHILD = re.compile(r"\s*(?:\x00([^\x00]*)\x00|<([a-zA-Z][a-zA-Z0-9]*)\b[^>]*?(/
 _MARKER = re.compile("\x00([^\x00]*)\x00")  # a part's place in a skeleton
 _ATTRIBUTE = re.compile(r'\s([a-zA-Z_:][-a-zA-Z0-9_:.]*)="([^"]*)"')
 _TAGS: dict[str, re.Pattern[str]] = {}
+_Element = tuple[re.Match[str], int, int]  # an opening tag's match; its closing tag's start, end
 _KEEP = 256
 _ID = 8  # bytes of a part's and a list child's digest
 _KEY_SETS = 64  # part key tuples kept to share
@@ -85,30 +86,50 @@ def _end(text: str, start: int, name: str) -> int | None:
     return None if closing is None else closing[1]
 
 
+def _outermost(text: str, opening: re.Pattern[str]) -> list[_Element] | None:
+    """The outermost elements whose opening tag ``opening`` matches, in order.
+
+    Each as the opening tag's match and where its closing tag starts and ends;
+    None if one of them is not closed.
+    """
+    elements: list[_Element] = []
+    at = 0
+    while (found := opening.search(text, at)) is not None:
+        closing = _closing(text, found.end(), found.group(1))
+        if closing is None:
+            return None
+        elements.append((found, *closing))
+        at = closing[1]
+    return elements
+
+
+def _marked(text: str, elements: list[_Element], marker: str) -> str:
+    """``text`` with each of ``elements`` replaced by its key (as written) between markers."""
+    pieces: list[str] = []
+    at = 0
+    for found, _start, end in elements:
+        pieces += (text[at : found.start()], marker, found.group(2), marker)
+        at = end
+    pieces.append(text[at:])
+    return "".join(pieces)
+
+
 def split(main: str) -> tuple[str, dict[str, str]] | None:
     """The skeleton of ``main`` and its outermost parts by key, or None if it has none usable.
 
     None also when a part is not closed or a key appears twice: the page is
     then sent whole, as before parts existed.
     """
-    parts: dict[str, str] = {}
-    pieces: list[str] = []
-    at = 0
-    while True:
-        found = _OPENING.search(main, at)
-        if found is None:
-            break
-        end = _end(main, found.end(), found.group(1))
-        key = unescape(found.group(2))
-        if end is None or key in parts:
-            return None
-        pieces += (main[at : found.start()], "\x00", found.group(2), "\x00")
-        parts[key] = main[found.start() : end]
-        at = end
-    if not parts:
+    elements = _outermost(main, _OPENING)
+    if not elements:
         return None
-    pieces.append(main[at:])
-    return "".join(pieces), parts
+    parts: dict[str, str] = {}
+    for found, _start, end in elements:
+        key = unescape(found.group(2))
+        if key in parts:
+            return None
+        parts[key] = main[found.start() : end]
+    return _marked(main, elements, "\x00"), parts
 
 
 _Child = tuple[str | None, str]  # (a part's key as written, "") or (None, an element's markup)
@@ -148,25 +169,17 @@ def _cut(main: str) -> _Cut | None:
     if cut is None:
         return None
     skeleton, parts = cut
+    elements = _outermost(skeleton, _LIST)
+    if elements is None:
+        return None
     lists: _Lists = {}
-    pieces: list[str] = []
-    at = 0
-    while True:
-        found = _LIST.search(skeleton, at)
-        if found is None:
-            break
-        closing = _closing(skeleton, found.end(), found.group(1))
+    for found, start, _end in elements:
         key = unescape(found.group(2))
-        if closing is None or key in lists:
-            return None
-        children = _children(skeleton[found.end() : closing[0]])
-        if children is None:
+        children = _children(skeleton[found.end() : start])
+        if children is None or key in lists:
             return None
         lists[key] = (found.group(0), children)
-        pieces += (skeleton[at : found.start()], "\x01", found.group(2), "\x01")
-        at = closing[1]
-    pieces.append(skeleton[at:])
-    return "".join(pieces), parts, lists
+    return _marked(skeleton, elements, "\x01"), parts, lists
 
 
 def _child_id(child: _Child) -> bytes:
